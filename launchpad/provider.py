@@ -1,0 +1,111 @@
+"""The provider contract. A provider is one account/cluster of one kind of compute.
+
+To add a provider: subclass `Provider`, set `name`, implement the abstract methods, and register the
+class from a plugin module published under the entry-point group ``launchpad``::
+
+    from launchpad.plugins import hookimpl
+
+    @hookimpl
+    def launchpad_register_providers(register):
+        register(MyProvider)
+
+`providers/local/launchpad_local/` is the complete worked example; run the conformance suite in
+`launchpad.testing` against yours.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Iterator, Mapping
+
+from .models import (
+    Bundle,
+    Capability,
+    CheckpointRef,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    JobProgress,
+    Offer,
+    TeardownMode,
+    TrainHandle,
+)
+
+
+class Provider(ABC):
+    """One configured account/cluster. Constructed cheaply (no I/O) from its config section."""
+
+    #: unique short name: the entry-point name, the `resources.providers` value, the `--provider` value
+    name: ClassVar[str]
+    #: capabilities this provider LACKS, each with the reason the user is shown, e.g.
+    #: ``{Capability.STOP: "Lambda cannot stop VMs, only terminate them"}``. The planner filters on it.
+    unsupported: ClassVar[Mapping[Capability, str]] = {}
+    #: where checkpoints go when the recipe names no `checkpoint.uri`; None = the recipe must name one
+    default_checkpoint_uri: ClassVar[str | None] = None
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        self.config = dict(config or {})
+
+    def supports(self, capability: Capability) -> bool:
+        return capability not in self.unsupported
+
+    # -- discovery ---------------------------------------------------------------------------------
+    @abstractmethod
+    def check(self) -> str | None:
+        """Is this provider usable here? Return None if so, else a one-line reason with the fix
+        ("no AWS credentials: run `aws configure`"). Never raises."""
+
+    @abstractmethod
+    def offers(self) -> list[Offer]:
+        """Every `Offer` this provider can sell (catalog and/or live API). No filtering: the planner
+        filters and keeps the reasons. May raise `ProviderError`."""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @abstractmethod
+    def provision(self, offer: Offer, spec: InstanceSpec) -> Instance:
+        """Start an instance for `offer`. Idempotent on ``spec.token``: a second call with the same
+        token returns the same instance (reconcile by tag, never trust the API alone). Tags every
+        resource ``launchpad-job=<spec.job_id>`` plus ``spec.tags``. Returns quickly, possibly while
+        the instance is still PENDING. Raises `NoCapacity` (with a `scope`) to move to the next offer,
+        `AuthError` when credentials are rejected."""
+
+    @abstractmethod
+    def sync(self, instance: Instance, bundle: Bundle) -> None:
+        """Push the launchpad code, the job spec and the recipe; prepare the environment. Waits for
+        the instance to be reachable. Resumable: calling it again finishes or repeats cheaply."""
+
+    @abstractmethod
+    def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
+        """Start the trainer for the synced job and return immediately. If a trainer for this job
+        is already running on the instance, return its handle instead of starting a second one.
+        The trainer resumes by itself from the newest complete checkpoint in the store."""
+
+    @abstractmethod
+    def progress(self, instance: Instance) -> JobProgress:
+        """What the trainer/agent reports (status.json) and whether the trainer process is alive.
+        Must not parse logs. Returns `JobProgress()` if nothing was reported yet."""
+
+    @abstractmethod
+    def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
+        """Yield the trainer log's lines; with `follow`, keep yielding until the trainer exits."""
+
+    @abstractmethod
+    def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
+        """Ask the trainer to save now and wait until that checkpoint's MANIFEST.json is in the
+        object store; return it. If no trainer runs, return the newest complete checkpoint (or None)."""
+
+    @abstractmethod
+    def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        """Stop or terminate. Idempotent and silent if the instance is already gone. Raises
+        `NotYetTerminated` if the provider accepted the request but the instance is not gone yet:
+        the caller polls by calling again."""
+
+    @abstractmethod
+    def status(self, instance: Instance) -> InstanceState:
+        """The instance's state as the provider sees it now, TERMINATED if it no longer exists,
+        PREEMPTED if it was reclaimed. Never raises for a missing instance."""
+
+    @abstractmethod
+    def instances(self) -> list[Instance]:
+        """Every live launchpad-tagged instance of this provider, found by tag (not from local
+        state, which may be gone): the reaper and `down --all` rely on it."""
