@@ -40,14 +40,15 @@ class Provider(ABC):
     #: capabilities this provider LACKS, each with the reason the user is shown, e.g.
     #: ``{Capability.STOP: "Lambda cannot stop VMs, only terminate them"}``. The planner filters on it.
     unsupported: ClassVar[Mapping[Capability, str]] = {}
-    #: where checkpoints go when the recipe names no `checkpoint.uri`; None = the recipe must name one
-    default_checkpoint_uri: ClassVar[str | None] = None
-
     def __init__(self, config: Mapping[str, Any] | None = None):
         self.config = dict(config or {})
 
     def supports(self, capability: Capability) -> bool:
         return capability not in self.unsupported
+
+    def default_checkpoint_uri(self) -> str | None:
+        """Where checkpoints go when the recipe names no `checkpoint.uri`; None = the recipe must name one."""
+        return None
 
     # -- discovery ---------------------------------------------------------------------------------
     @abstractmethod

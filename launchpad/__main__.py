@@ -1,0 +1,3 @@
+from launchpad.cli import main
+
+main()

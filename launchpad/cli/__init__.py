@@ -1,0 +1,236 @@
+"""The `launchpad` command: thin. It parses, calls the core, and renders (rich tables, progress bars,
+`--json`). Exit codes: 0 ok, 1 job/provider failure, 2 bad input, 130 interrupted. `LaunchpadError`
+is caught once, in `main`, and printed without a traceback.
+
+Heavy modules (rich, pydantic, the lifecycle, providers) are imported inside commands: `launchpad
+--help` must start fast and `import launchpad.cli` must not pull in torch or any cloud SDK.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ._common import console, emit_json, err_console, json_option
+
+EPILOG = "Docs: README.md. Exit codes: 0 ok, 1 job or provider failure, 2 bad input."
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="launchpad", prog_name="launchpad")
+def cli() -> None:
+    """Fine-tune LLMs on whichever GPU provider fits the job, survive interruptions, stop billing when done."""
+
+
+def _load(path: str, overrides: dict | None = None):
+    from ..recipe import load_recipe
+
+    return load_recipe(path, overrides=overrides) if overrides else load_recipe(path)
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(dir_okay=True))
+@json_option
+def validate(recipe: str, as_json: bool) -> None:
+    """Check a recipe: exit 0, or exit 2 with one line per problem."""
+    r = _load(recipe)
+    if as_json:
+        emit_json({"recipe": recipe, "valid": True, "name": r.name})
+    else:
+        console().print(f"[green]✓[/] {recipe}: valid ({r.name}, adapter {r.adapter})")
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of recipes (for editors: yaml-language-server)."""
+    from ..recipe import recipe_schema
+
+    emit_json(recipe_schema())
+
+
+@cli.command()
+@json_option
+def check(as_json: bool) -> None:
+    """Installed provider plugins: usable here, or why not (like `sky check`)."""
+    from ..plugins import get_provider_classes, plugin_names
+    from ._common import configured_providers
+
+    usable, unavailable = configured_providers()
+    dists = {name: dist for name, dist in plugin_names()}
+    rows = []
+    for name in sorted(get_provider_classes()):
+        rows.append({"provider": name, "usable": name in usable, "reason": unavailable.get(name),
+                     "plugin": dists.get(name, "")})
+    if as_json:
+        emit_json({"providers": rows})
+        return
+    from rich.table import Table
+
+    table = Table(title="providers", title_justify="left")
+    for col in ("provider", "usable here", "plugin"):
+        table.add_column(col)
+    for row in rows:
+        mark = "[green]✓ yes[/]" if row["usable"] else f"[red]✗[/] {row['reason']}"
+        table.add_row(row["provider"], mark, row["plugin"])
+    console().print(table)
+    if not usable:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(dir_okay=True))
+@click.option("--provider", default=None, help="Only consider this provider (same as resources.providers: [NAME]).")
+@click.option("--detach", "-d", is_flag=True, help="Return once training has started; follow with `status`/`logs`.")
+@click.option("--smoke", is_flag=True, help="Run 10 steps end to end before committing to a long run.")
+@click.option("--minimize", type=click.Choice(["cost", "time", "score"]), default="cost", show_default=True)
+@json_option
+def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, as_json: bool) -> None:
+    """Plan, provision, sync, train and checkpoint a recipe; tear down when done."""
+    from pathlib import Path
+
+    from ._run import open_lifecycle, run_reported
+
+    r = _load(recipe)  # validation first: a bad recipe never reaches a provider
+    text = Path(recipe).read_text(encoding="utf-8")
+    lc = open_lifecycle(as_json, only=None)
+    job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize)
+    if not as_json:
+        console().print(f"[bold]job[/] {job_id}")
+    job = run_reported(lc, as_json, lambda: lc.run(job_id, detach=detach))
+    _print_outcome(job, as_json, detach)
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--detach", "-d", is_flag=True, help="Return once training has restarted.")
+@json_option
+def resume(job: str, detach: bool, as_json: bool) -> None:
+    """Continue a job after a preemption, a crash or Ctrl-C, from its newest complete checkpoint."""
+    from ._run import open_lifecycle, run_reported
+
+    lc = open_lifecycle(as_json)
+    result = run_reported(lc, as_json, lambda: lc.resume(job, detach=detach))
+    _print_outcome(result, as_json, detach)
+
+
+def _print_outcome(job: dict, as_json: bool, detach: bool) -> None:
+    from ._views import job_json
+
+    if as_json:
+        emit_json(job_json(job))
+        return
+    state = job["state"].value
+    if detach and state == "TRAINING":
+        console().print(f"[green]✓[/] {job['id']} is training; follow it with `launchpad logs {job['id']} -f`")
+    elif state == "SUCCEEDED":
+        console().print(f"[green]✓[/] {job['id']} succeeded at step {job['step']}; checkpoint {job['last_checkpoint']}")
+    else:
+        console().print(f"{job['id']}: {state}")
+
+
+@cli.command()
+@click.argument("job", required=False)
+@json_option
+def status(job: str | None, as_json: bool) -> None:
+    """Jobs with phase, step/total, loss, last checkpoint and cost so far."""
+    from ._run import open_lifecycle
+    from ._views import job_json, render_job, render_jobs
+
+    lc = open_lifecycle(as_json)
+    jobs = [lc.refresh(job)] if job else [lc.refresh(j["id"]) for j in lc.db.jobs()]
+    rows = []
+    for j in jobs:
+        row = job_json(j)
+        row["cost_usd"] = round(lc.db.cost_so_far(j["id"]), 4)
+        inst = lc._live_instance(j["id"])
+        if inst is not None:
+            try:
+                p = lc.provider(inst.provider).progress(inst)
+                row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat)
+            except Exception:  # status must show what it can even when a provider is unreachable
+                row["phase"] = "unknown"
+        rows.append(row)
+    if as_json:
+        emit_json(rows)
+    elif job:
+        render_job(rows[0], list(lc.db.events(jobs[0]["id"])))
+    else:
+        render_jobs(rows)
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the trainer exits.")
+@json_option
+def logs(job: str, follow: bool, as_json: bool) -> None:
+    """The trainer's log."""
+    import json
+
+    from ._run import open_lifecycle
+
+    lc = open_lifecycle(as_json)
+    for line in lc.logs(job, follow=follow):
+        sys.stdout.write((json.dumps({"line": line}) if as_json else line) + "\n")
+        sys.stdout.flush()
+
+
+@cli.command()
+@click.argument("job", required=False)
+@click.option("--all", "all_", is_flag=True, help="Every instance launchpad started or can find by its tag.")
+@json_option
+def down(job: str | None, all_: bool, as_json: bool) -> None:
+    """Tear down a job's instances (idempotent: already gone is fine)."""
+    from ..errors import BadInput
+    from ._run import open_lifecycle
+
+    if bool(job) == all_:
+        raise BadInput("give a JOB or --all")
+    lc = open_lifecycle(as_json)
+    gone = lc.down_all() if all_ else lc.down(job)
+    if as_json:
+        emit_json({"terminated": gone})
+    elif gone:
+        console().print(f"[green]✓[/] terminated {', '.join(gone)}")
+    else:
+        console().print("nothing to tear down: no live instances")
+
+
+def _add_optional_commands() -> None:
+    try:
+        from .plan_cmds import offers, plan
+    except ImportError:  # planner CLI not built yet
+        return
+    cli.add_command(plan)
+    cli.add_command(offers)
+
+
+_add_optional_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ..errors import JobFailed, LaunchpadError, RecipeError
+
+    try:
+        rv = cli.main(args=argv, prog_name="launchpad", standalone_mode=False)
+    except LaunchpadError as e:
+        if isinstance(e, RecipeError):
+            for line in e.problems:
+                err_console().print(line, markup=False, soft_wrap=True)
+        else:
+            err_console().print(f"[red]error:[/] {e}", soft_wrap=True)
+        if isinstance(e, JobFailed) and e.log_tail:
+            err_console().print("[dim]last log lines:[/]")
+            for line in e.log_tail[-15:]:
+                err_console().print(f"  {line}", markup=False, style="dim", soft_wrap=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        err_console().print("interrupted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err_console().print("interrupted: the job was stopped and can be resumed with `launchpad resume JOB`")
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

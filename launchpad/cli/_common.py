@@ -1,0 +1,80 @@
+"""Shared bits of the CLI. Everything heavy (rich, pydantic, providers) is imported on first use so
+`launchpad --help` stays fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from typing import Any, Callable
+
+import click
+
+
+@lru_cache(maxsize=1)
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+@lru_cache(maxsize=1)
+def err_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def json_option(fn: Callable) -> Callable:
+    """Adds `--json`: machine-readable output on stdout instead of tables."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of tables.")(fn)
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "value"):  # enums
+        return o.value
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
+
+
+def configured_providers(only: str | None = None):
+    """Instantiate every registered provider with its section of config.yaml and run its check().
+
+    Returns ``(usable: dict[name, Provider], unavailable: dict[name, reason])``."""
+    from ..plugins import get_provider_classes
+    from ..settings import load_user_config
+
+    config = load_user_config().get("providers") or {}
+    usable, unavailable = {}, {}
+    for name, cls in sorted(get_provider_classes().items()):
+        if only and name != only:
+            continue
+        try:
+            provider = cls(config.get(name) or {})
+            reason = provider.check()
+        except Exception as e:  # check() must not raise; a broken plugin still must not break the CLI
+            reason = f"check failed: {e}"
+        if reason:
+            unavailable[name] = reason
+        else:
+            usable[name] = provider
+    return usable, unavailable
+
+
+def provider_for(name: str):
+    """The configured provider `name` (for jobs that already ran on it), even if check() fails now."""
+    from ..errors import NotConfigured
+    from ..plugins import get_provider_classes
+    from ..settings import load_user_config
+
+    classes = get_provider_classes()
+    if name not in classes:
+        raise NotConfigured(f"provider {name!r} is not installed", provider=name, hint=f"pip install launchpad-{name}")
+    config = load_user_config().get("providers") or {}
+    return classes[name](config.get(name) or {})

@@ -1,0 +1,73 @@
+"""Running lifecycle operations with live feedback: phase lines and a training progress bar."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._common import configured_providers, console, err_console, provider_for
+
+
+def open_lifecycle(quiet: bool, only: str | None = None):
+    from ..lifecycle import Lifecycle
+    from ..state import StateDB
+
+    usable, unavailable = configured_providers(only)
+    reporter = _QuietReporter() if quiet else RichReporter()
+    return Lifecycle(StateDB.open(), usable, unavailable, reporter, provider_factory=provider_for)
+
+
+class _QuietReporter:
+    def info(self, message: str) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        err_console().print(f"[yellow]![/] {message}", soft_wrap=True)
+
+    def progress(self, job_id, progress) -> None:
+        pass
+
+
+class RichReporter:
+    """Phase lines, then one progress bar for training (step/total, loss, tokens/s)."""
+
+    def __init__(self) -> None:
+        self._progress = None
+        self._task = None
+
+    def info(self, message: str) -> None:
+        console().print(f"[bold cyan]›[/] {message}", soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        console().print(f"[yellow]![/] {message}", soft_wrap=True)
+
+    def progress(self, job_id: str, p) -> None:
+        if p.total_steps is None and p.step == 0:
+            return
+        if self._progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"), TimeRemainingColumn(),
+                console=console(), transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("training", total=p.total_steps, loss="-", speed="")
+        loss = f"{p.loss:.3f}" if p.loss is not None else "-"
+        speed = f"{p.tokens_per_s:,.0f} tok/s" if p.tokens_per_s else ""
+        self._progress.update(self._task, completed=p.step, total=p.total_steps, loss=loss, speed=speed,
+                              description=p.phase if p.phase not in ("training", "done") else "training")
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def run_reported(lc, quiet: bool, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    finally:
+        close = getattr(lc.reporter, "close", None)
+        if close:
+            close()

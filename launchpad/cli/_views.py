@@ -1,0 +1,77 @@
+"""Rendering jobs for people (rich) and scripts (JSON)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._common import console
+
+_STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
+
+
+def job_json(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": job["id"],
+        "name": job["name"],
+        "state": job["state"].value,
+        "provider": job.get("provider"),
+        "step": job.get("step") or 0,
+        "total_steps": job.get("total_steps"),
+        "loss": job.get("loss"),
+        "last_checkpoint": job.get("last_checkpoint"),
+        "cost_usd": job.get("cost_usd") or 0.0,
+        "error": job.get("error"),
+        "recipe": job.get("recipe_path"),
+        "created_at": job.get("created_at"),
+        "updated_at": job.get("updated_at"),
+    }
+
+
+def _age(ts: float | None) -> str:
+    if not ts:
+        return ""
+    s = max(0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit} ago"
+    return f"{s:.0f}s ago"
+
+
+def render_jobs(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not rows:
+        console().print("no jobs yet: `launchpad up recipes/smoke-lora.yaml` starts one")
+        return
+    table = Table(title="jobs", title_justify="left")
+    for col in ("job", "state", "provider", "step", "loss", "last checkpoint", "cost", "started"):
+        table.add_column(col, justify="right" if col in ("step", "loss", "cost") else "left")
+    for r in rows:
+        style = _STATE_STYLE.get(r["state"], "")
+        step = f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"])
+        ckpt = (r.get("last_checkpoint") or "").rsplit("/", 1)[-1]
+        loss = f"{r['loss']:.3f}" if r.get("loss") is not None else ""
+        table.add_row(r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
+                      step, loss, ckpt, f"${r['cost_usd']:.2f}", _age(r.get("created_at")))
+    console().print(table)
+
+
+def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(show_header=False, title=row["id"], title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key in ("name", "state", "phase", "provider", "step", "total_steps", "loss", "tokens_per_s",
+                "last_checkpoint", "cost_usd", "error", "recipe"):
+        if row.get(key) is not None:
+            table.add_row(key, str(row[key]))
+    console().print(table)
+    ev = Table(title="events", title_justify="left")
+    for col in ("when", "event", "details"):
+        ev.add_column(col)
+    for e in events[-15:]:
+        details = ", ".join(f"{k}={v}" for k, v in e["data"].items() if v is not None)
+        ev.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["kind"], details)
+    console().print(ev)

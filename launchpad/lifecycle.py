@@ -1,0 +1,439 @@
+"""The job state machine: PENDING -> PROVISIONING -> SYNCING -> TRAINING -> SUCCEEDED | FAILED | INTERRUPTED.
+
+Every step is recorded before and after (events in the state DB) and is idempotent, so `resume` can
+continue from any state: a live instance is reused, a provision attempt that never reported back is
+retried with the same token (the provider returns the same instance), sync and train are safe to repeat.
+Nothing is started that the state does not know of: an instance is recorded the moment provision returns,
+and every instance is tagged with its job so `down --all` finds it even without the state file.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol
+
+from .errors import (
+    AuthError,
+    BadInput,
+    JobFailed,
+    LaunchpadError,
+    NoCapacity,
+    NoFeasibleOffer,
+    NotYetTerminated,
+    ProviderError,
+)
+from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
+from .plugins import emit_job_event
+from .provider import Provider
+from .state import StateDB
+
+POLL_SECONDS = 1.0
+
+
+class Reporter(Protocol):
+    """How the lifecycle talks to the user; the CLI renders it, tests can collect it."""
+
+    def info(self, message: str) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def progress(self, job_id: str, progress: JobProgress) -> None: ...
+
+
+class SilentReporter:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.messages.append(message)
+
+    warn = info
+
+    def progress(self, job_id: str, progress: JobProgress) -> None:
+        pass
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{secrets.token_hex(3)}"
+
+
+class Lifecycle:
+    def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
+                 reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None):
+        self.db = db
+        self.providers = dict(providers)
+        self.unavailable = dict(unavailable or {})
+        self.reporter = reporter or SilentReporter()
+        self._provider_factory = provider_factory
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _event(self, job_id: str, kind: str, **data: Any) -> None:
+        event = self.db.add_event(job_id, kind, data)
+        emit_job_event({"id": job_id}, event)
+
+    def _transition(self, job_id: str, state: JobState, **data: Any) -> None:
+        self.db.set_state(job_id, state, **data)
+        emit_job_event({"id": job_id, "state": state.value}, {"kind": f"state:{state.value}", "data": data})
+
+    def provider(self, name: str) -> Provider:
+        if name not in self.providers:
+            if self._provider_factory is None:
+                raise ProviderError(f"provider {name!r} is not available: {self.unavailable.get(name, 'not installed')}")
+            self.providers[name] = self._provider_factory(name)
+        return self.providers[name]
+
+    # -- submit / run ----------------------------------------------------------------------------------
+    def submit(self, recipe, recipe_text: str, *, provider: str | None = None, max_steps: int | None = None,
+               minimize: str = "cost") -> str:
+        """Plan (before creating anything), then record a PENDING job. Returns its id."""
+        planned = self.plan(recipe, provider=provider, minimize=minimize)
+        job_id = new_job_id(recipe.name)
+        spec = {
+            "job_id": job_id,
+            "recipe": recipe.model_dump(mode="json"),
+            "recipe_text": recipe_text,
+            "checkpoint_uri": recipe.checkpoint.uri,
+            "max_steps": max_steps,
+            "only_provider": provider,
+            "minimize": minimize,
+        }
+        self.db.create_job(job_id, recipe.name, getattr(recipe, "source_path", None), spec["recipe"], spec)
+        self.db.update_job(job_id, plan_json=_plan_json(planned))
+        return job_id
+
+    def plan(self, recipe, *, provider: str | None = None, minimize: str = "cost"):
+        from .planner import plan as make_plan
+
+        if provider:
+            if provider not in self.providers:
+                reason = self.unavailable.get(provider, "no such provider plugin is installed")
+                raise BadInput(f"--provider {provider}: not usable here: {reason}", hint="`launchpad check` lists providers")
+            recipe = recipe.model_copy(update={"resources": recipe.resources.model_copy(update={"providers": [provider]})})
+        planned = make_plan(recipe, self.providers, self.unavailable, minimize=minimize)
+        if not planned.ranked:
+            reasons = _top_reasons(planned.rejected)
+            raise NoFeasibleOffer(f"no offer fits {recipe.name}: " + "; ".join(reasons), rejected=list(planned.rejected))
+        return planned
+
+    def run(self, job_id: str, *, detach: bool = False) -> dict[str, Any]:
+        """Drive the job from whatever state it is in to the end (or to TRAINING with `detach`)."""
+        job = self.db.job(job_id)
+        job_id = job["id"]
+        instance = None
+        try:
+            instance = self._ensure_instance(job)
+            provider = self.provider(instance.provider)
+            bundle = self._bundle(job, provider)
+            self._transition(job_id, JobState.SYNCING, instance=instance.id)
+            provider.sync(instance, bundle)
+            self._event(job_id, "synced", instance=instance.id)
+            handle = provider.train(instance, bundle)
+            self._transition(job_id, JobState.TRAINING, instance=instance.id, pid=handle.pid)
+            if detach:
+                return self.db.job(job_id)
+            return self.follow(job_id)
+        except KeyboardInterrupt:
+            self._interrupt(job_id, "interrupted by the user (Ctrl-C)")
+            raise
+        except LaunchpadError as e:
+            job = self.db.job(job_id)
+            if not job["state"].finished:
+                self._transition(job_id, JobState.FAILED, error=str(e))
+                if instance is not None:
+                    self._teardown_instance(instance)
+            raise
+
+    def _bundle(self, job: dict, provider: Provider) -> Bundle:
+        from .recipe import Recipe, resolve_env
+
+        spec = dict(job["spec"])
+        spec["checkpoint_uri"] = spec.get("checkpoint_uri") or provider.default_checkpoint_uri()
+        if not spec["checkpoint_uri"]:
+            raise BadInput(f"{job['name']}: checkpoint.uri: provider {provider.name} has no default store; set one (s3://bucket/path)")
+        env = resolve_env(Recipe.model_validate(job["recipe"]), _environ())
+        recipe_text = spec.pop("recipe_text", "")
+        spec.pop("only_provider", None)
+        spec.pop("minimize", None)
+        return Bundle(job_spec=spec, recipe_text=recipe_text, env=env)
+
+    def _ensure_instance(self, job: dict) -> Instance:
+        """A live instance for the job: reuse one, finish an attempt that never reported back, or fail over
+        through the plan in order, blocking the scope each failure names."""
+        job_id = job["id"]
+        for inst in self.db.instances(job_id, live_only=True):
+            state = self.provider(inst.provider).status(inst)
+            if state in (InstanceState.RUNNING, InstanceState.PENDING):
+                return inst
+            self.db.set_instance_state(inst, state)
+        from .recipe import Recipe
+
+        recipe = Recipe.model_validate(job["recipe"])
+        planned = self.plan(recipe, provider=job["spec"].get("only_provider"), minimize=job["spec"].get("minimize", "cost"))
+        self.db.update_job(job_id, plan_json=_plan_json(planned))
+        self._transition(job_id, JobState.PROVISIONING)
+        events = list(self.db.events(job_id))
+        attempts = [e for e in events if e["kind"] == "provision:attempt"]
+        pending_token = None
+        if attempts and not any(e["kind"].startswith("provision:") and e["kind"] != "provision:attempt"
+                                and e["seq"] > attempts[-1]["seq"] for e in events):
+            pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
+        blocked: list[Callable[[Offer], bool]] = []
+        failures = []
+        for n, ranked in enumerate(planned.ranked):
+            offer = ranked.offer
+            if any(b(offer) for b in blocked):
+                continue
+            if pending_token and pending_token.get("offer") == offer.label:
+                token = pending_token["token"]
+            else:
+                token = f"{job_id}-{len(attempts) + n}"
+            self._event(job_id, "provision:attempt", offer=offer.label, token=token, price=offer.price)
+            provider = self.provider(offer.provider)
+            spec = InstanceSpec(
+                job_id=job_id, token=token, tags={JOB_TAG: job_id}, nodes=recipe.resources.nodes,
+                disk=recipe.resources.disk, autostop_idle_minutes=recipe.autostop.idle_minutes,
+                autostop_action=TeardownMode(recipe.autostop.action),
+            )
+            try:
+                instance = provider.provision(offer, spec)
+            except (NoCapacity, AuthError) as e:
+                scope = "provider" if isinstance(e, AuthError) else e.scope
+                self._event(job_id, "provision:failed", offer=offer.label, reason=str(e), scope=scope)
+                self.reporter.warn(f"{offer.label}: {e} — skipping this {scope}")
+                failures.append(f"{offer.label}: {e}")
+                blocked.append(_blocker(offer, scope))
+                continue
+            self.db.record_instance(instance)
+            self.db.update_job(job_id, provider=offer.provider)
+            self._event(job_id, "provision:ok", offer=offer.label, instance=instance.id)
+            self.reporter.info(f"provisioned {instance.id} on {offer.label} at ${offer.price:.2f}/h")
+            return instance
+        raise NoFeasibleOffer("every offer failed: " + "; ".join(failures[-3:]) if failures else "no offer left to try")
+
+    # -- following a running job ----------------------------------------------------------------------
+    def follow(self, job_id: str) -> dict[str, Any]:
+        """Wait for the trainer, reporting progress; then finish the job. Ctrl-C interrupts it."""
+        job = self.db.job(job_id)
+        instance = self._live_instance(job["id"])
+        if instance is None:
+            return job
+        provider = self.provider(instance.provider)
+        try:
+            while True:
+                progress = provider.progress(instance)
+                self._record_progress(job["id"], progress)
+                self.reporter.progress(job["id"], progress)
+                if not progress.running:
+                    return self._finish(job["id"], instance, progress)
+                time.sleep(POLL_SECONDS)
+        except KeyboardInterrupt:
+            self._interrupt(job["id"], "interrupted by the user (Ctrl-C)")
+            raise
+
+    def refresh(self, job_id: str) -> dict[str, Any]:
+        """Reconcile a TRAINING job whose trainer may have ended while nobody watched (`up --detach`)."""
+        job = self.db.job(job_id)
+        if job["state"] is not JobState.TRAINING:
+            return job
+        instance = self._live_instance(job_id)
+        if instance is None:
+            return job
+        provider = self.provider(instance.provider)
+        if provider.status(instance) in (InstanceState.TERMINATED, InstanceState.PREEMPTED):
+            self.db.set_instance_state(instance, provider.status(instance))
+            self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} is gone (preempted?)")
+            return self.db.job(job_id)
+        progress = provider.progress(instance)
+        self._record_progress(job_id, progress)
+        if not progress.running:
+            try:
+                self._finish(job_id, instance, progress)
+            except JobFailed:
+                pass  # recorded in the job; status shows it
+        return self.db.job(job_id)
+
+    def _record_progress(self, job_id: str, p: JobProgress) -> None:
+        fields: dict[str, Any] = {"step": p.step, "total_steps": p.total_steps}
+        if p.loss is not None:
+            fields["loss"] = p.loss
+        if p.last_checkpoint:
+            fields["last_checkpoint"] = p.last_checkpoint
+        self.db.update_job(job_id, **fields)
+
+    def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> dict[str, Any]:
+        job = self.db.job(job_id)
+        if job["state"].finished:
+            return job
+        provider = self.provider(instance.provider)
+        if p.exit_code == 0 and p.phase == "done":
+            ref = provider.checkpoint(instance)  # blocks until the newest checkpoint's manifest is in the store
+            if ref is not None:
+                self.db.update_job(job_id, last_checkpoint=ref.uri)
+            self._teardown_instance(instance)
+            self._transition(job_id, JobState.SUCCEEDED, checkpoint=ref.uri if ref else None)
+            self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
+            return self.db.job(job_id)
+        tail = self._log_tail(instance)
+        self._teardown_instance(instance)
+        self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
+        resume_hint = f"`launchpad resume {job_id}` continues from the newest complete checkpoint"
+        if p.exit_code is not None and p.exit_code < 0:
+            reason = f"trainer was killed by signal {-p.exit_code} at step {p.step}"
+            self._transition(job_id, JobState.INTERRUPTED, error=reason)
+            raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
+        reason = p.error or f"trainer exited with code {p.exit_code} at step {p.step}"
+        self._transition(job_id, JobState.FAILED, error=reason, exit_code=p.exit_code)
+        raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
+
+    def _interrupt(self, job_id: str, reason: str) -> None:
+        for inst in self.db.instances(job_id, live_only=True):
+            self._teardown_instance(inst)
+        if not self.db.job(job_id)["state"].finished:
+            self._transition(job_id, JobState.INTERRUPTED, error=reason)
+
+    # -- resume / down / logs -------------------------------------------------------------------------
+    def resume(self, job_id: str, *, detach: bool = False) -> dict[str, Any]:
+        from .storage import open_store
+        from .storage.checkpoints import latest_checkpoint
+
+        job = self.refresh(job_id)
+        job_id = job["id"]
+        if job["state"] is JobState.SUCCEEDED:
+            self.reporter.info(f"{job_id} already succeeded; nothing to resume")
+            return job
+        instance = self._live_instance(job_id)
+        if instance is not None and job["state"] is JobState.TRAINING:
+            if self.provider(instance.provider).progress(instance).running:
+                self.reporter.info(f"{job_id} is still training on {instance.id}; following it")
+                return job if detach else self.follow(job_id)
+        uri = job["spec"].get("checkpoint_uri")
+        if not uri:
+            first = self.providers.get(job.get("provider") or "")
+            uri = first.default_checkpoint_uri() if first else None
+        ref = latest_checkpoint(open_store(uri), job_id) if uri else None
+        if ref is not None:
+            self.reporter.info(f"resuming {job_id} from {ref.name}")
+        else:
+            self.reporter.info(f"resuming {job_id}: no complete checkpoint yet, starting from step 0")
+        self._event(job_id, "resume", checkpoint=ref.uri if ref else None)
+        return self.run(job_id, detach=detach)
+
+    def down(self, job_id: str) -> list[str]:
+        """Tear down every instance of a job (known to the state DB or found by tag). Idempotent."""
+        job = self.db.job(job_id)
+        job_id = job["id"]
+        gone = []
+        known = {(i.provider, i.id): i for i in self.db.instances(job_id, live_only=True)}
+        for name, provider in self.providers.items():
+            for inst in _safe_instances(provider):
+                if inst.job_id == job_id:
+                    known.setdefault((name, inst.id), inst)
+        for inst in known.values():
+            self._teardown_instance(inst)
+            gone.append(inst.id)
+        if not job["state"].finished:
+            self._transition(job_id, JobState.INTERRUPTED, error="torn down by `launchpad down`")
+        return gone
+
+    def down_all(self) -> list[str]:
+        """Every live instance launchpad knows of or can find by tag, on every usable provider."""
+        gone = []
+        for job in self.db.jobs():
+            gone += self.down(job["id"]) if (self.db.instances(job["id"], live_only=True) or not job["state"].finished) else []
+        for provider in self.providers.values():
+            for inst in _safe_instances(provider):
+                self._teardown_instance(inst)
+                gone.append(inst.id)
+        return gone
+
+    def logs(self, job_id: str, *, follow: bool = False) -> Iterator[str]:
+        job = self.db.job(job_id)
+        instance = self._live_instance(job["id"])
+        if instance is not None:
+            yield from self.provider(instance.provider).logs(instance, follow=follow)
+            return
+        for path in sorted(_saved_logs_dir(job["id"]).glob("*.log")):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                yield from (line.rstrip("\n") for line in f)
+
+    def _live_instance(self, job_id: str) -> Instance | None:
+        live = self.db.instances(job_id, live_only=True)
+        return live[-1] if live else None
+
+    def _log_tail(self, instance: Instance, n: int = 20) -> list[str]:
+        path = _saved_logs_dir(instance.job_id) / f"{instance.id}.log"
+        self._save_logs(instance)
+        try:
+            return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
+        except OSError:
+            return []
+
+    def _save_logs(self, instance: Instance) -> None:
+        path = _saved_logs_dir(instance.job_id) / f"{instance.id}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lines = list(self.provider(instance.provider).logs(instance, follow=False))
+        except LaunchpadError:
+            return
+        if lines:
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def _teardown_instance(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        provider = self.provider(instance.provider)
+        self._save_logs(instance)
+        self._event(instance.job_id, "teardown:start", instance=instance.id, mode=mode.value)
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                provider.teardown(instance, mode)
+                break
+            except NotYetTerminated:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+        state = InstanceState.TERMINATED if mode is TeardownMode.TERMINATE else InstanceState.STOPPED
+        self.db.record_instance(instance)  # known even if it was found by tag only
+        self.db.set_instance_state(instance, state)
+        self._event(instance.job_id, "teardown:done", instance=instance.id)
+
+
+def _safe_instances(provider: Provider) -> list[Instance]:
+    try:
+        return provider.instances()
+    except ProviderError:
+        return []
+
+
+def _saved_logs_dir(job_id: str) -> Path:
+    from .settings import data_dir
+
+    return data_dir() / "logs" / job_id
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def _blocker(failed: Offer, scope: str) -> Callable[[Offer], bool]:
+    if scope == "provider":
+        return lambda o: o.provider == failed.provider
+    if scope == "region":
+        return lambda o: o.provider == failed.provider and o.region == failed.region
+    if scope == "zone":
+        return lambda o: o.provider == failed.provider and o.region == failed.region and o.zone == failed.zone
+    return lambda o: o == failed
+
+
+def _plan_json(planned) -> str:
+    import json
+
+    return json.dumps([{"offer": r.offer.to_dict(), "est_cost": r.est_cost, "est_hours": r.est_hours} for r in planned.ranked[:20]])
+
+
+def _top_reasons(rejected, n: int = 3) -> list[str]:
+    from collections import Counter
+
+    counts = Counter(r.reason for r in rejected)
+    return [f"{reason} ({count} offers)" if count > 1 else reason for reason, count in counts.most_common(n)] or ["no offers at all"]

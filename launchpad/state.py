@@ -1,0 +1,209 @@
+"""Local state: one SQLite file (WAL) with jobs, instances and events. The only writer of local state.
+
+Every lifecycle transition is an event, so `launchpad status`/`logs` can always say what happened and
+`resume` can continue from any state. Secrets never reach this file: recipes are stored as written
+(``${env:NAME}`` references, not their values).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import JobNotFound, StateError
+from .models import Instance, InstanceState, JobState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    provider TEXT,
+    recipe_path TEXT,
+    recipe_json TEXT NOT NULL,
+    spec_json TEXT NOT NULL,
+    plan_json TEXT,
+    step INTEGER DEFAULT 0,
+    total_steps INTEGER,
+    loss REAL,
+    last_checkpoint TEXT,
+    cost_usd REAL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    price_per_hour REAL DEFAULT 0,
+    data_json TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    PRIMARY KEY (provider, id)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
+CREATE INDEX IF NOT EXISTS instances_job ON instances (job_id);
+"""
+
+_JOB_FIELDS = {"state", "provider", "plan_json", "step", "total_steps", "loss", "last_checkpoint", "cost_usd", "error"}
+
+
+class StateDB:
+    """Thread-safe access to the state file. Open with `StateDB.open()` (honours LAUNCHPAD_HOME)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False, isolation_level=None)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            raise StateError(f"cannot open the state database {self.path}: {e}") from None
+
+    @classmethod
+    def open(cls) -> "StateDB":
+        from .settings import state_url
+
+        url = state_url()
+        if not url.startswith("sqlite:///"):
+            raise StateError(f"LAUNCHPAD_STATE_URL={url.split('@')[-1]!r}: only sqlite:/// is supported in this version")
+        return cls(Path(url[len("sqlite:///") :]))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _tx(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params)
+            except sqlite3.Error as e:
+                raise StateError(f"state database {self.path}: {e}") from None
+
+    # -- jobs -----------------------------------------------------------------------------------------
+    def create_job(self, job_id: str, name: str, recipe_path: str | None, recipe: dict, spec: dict) -> None:
+        now = time.time()
+        self._tx(
+            "INSERT INTO jobs (id, name, state, recipe_path, recipe_json, spec_json, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, name, JobState.PENDING.value, recipe_path, json.dumps(recipe), json.dumps(spec), now, now),
+        )
+        self.add_event(job_id, "created", {"recipe": recipe_path})
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        bad = set(fields) - _JOB_FIELDS
+        if bad:
+            raise ValueError(f"not job fields: {bad}")
+        if "state" in fields and isinstance(fields["state"], JobState):
+            fields["state"] = fields["state"].value
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self._tx(f"UPDATE jobs SET {sets}, updated_at = ? WHERE id = ?", (*fields.values(), time.time(), job_id))
+
+    def set_state(self, job_id: str, state: JobState, **data: Any) -> None:
+        """A lifecycle transition: the new state and an event recording it."""
+        fields = {"state": state}
+        if "error" in data:
+            fields["error"] = data["error"]
+        self.update_job(job_id, **fields)
+        self.add_event(job_id, f"state:{state.value}", data)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """A job by id or unique id prefix or unique name. Raises JobNotFound."""
+        row = self._tx("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            rows = self._tx(
+                "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' OR name = ? ORDER BY created_at DESC",
+                (job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%", job_id),
+            ).fetchall()
+            if len(rows) > 1 and len({r["name"] for r in rows}) == 1 and rows[0]["name"] == job_id:
+                rows = rows[:1]  # a name means its newest job
+            if len(rows) != 1:
+                ids = ", ".join(r["id"] for r in rows[:5])
+                raise JobNotFound(
+                    f"no job {job_id!r}" if not rows else f"{job_id!r} matches several jobs: {ids}",
+                    hint="`launchpad status` lists jobs",
+                )
+            row = rows[0]
+        return _job_dict(row)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [_job_dict(r) for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall()]
+
+    # -- instances ------------------------------------------------------------------------------------
+    def record_instance(self, instance: Instance) -> None:
+        price = instance.offer.price if instance.offer else 0.0
+        self._tx(
+            "INSERT INTO instances (id, provider, job_id, state, price_per_hour, data_json, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, id) DO UPDATE SET"
+            " state = excluded.state, data_json = excluded.data_json",
+            (instance.id, instance.provider, instance.job_id, instance.state.value, price,
+             json.dumps(instance.to_dict()), instance.created_at or time.time()),
+        )
+
+    def set_instance_state(self, instance: Instance, state: InstanceState) -> None:
+        ended = time.time() if state in (InstanceState.TERMINATED, InstanceState.PREEMPTED) else None
+        self._tx(
+            "UPDATE instances SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE provider = ? AND id = ?",
+            (state.value, ended, instance.provider, instance.id),
+        )
+
+    def instances(self, job_id: str | None = None, *, live_only: bool = False) -> list[Instance]:
+        sql, params = "SELECT * FROM instances", []
+        clauses = []
+        if job_id:
+            clauses.append("job_id = ?")
+            params.append(job_id)
+        if live_only:
+            clauses.append("state != ?")
+            params.append(InstanceState.TERMINATED.value)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        rows = self._tx(sql + " ORDER BY created_at", tuple(params)).fetchall()
+        out = []
+        for r in rows:
+            inst = Instance.from_dict(json.loads(r["data_json"]))
+            out.append(Instance(**{**inst.__dict__, "state": InstanceState(r["state"])}))
+        return out
+
+    def cost_so_far(self, job_id: str, now: float | None = None) -> float:
+        now = now or time.time()
+        rows = self._tx("SELECT price_per_hour, created_at, ended_at FROM instances WHERE job_id = ?", (job_id,))
+        return sum((r["price_per_hour"] or 0) * max(0.0, ((r["ended_at"] or now) - r["created_at"])) / 3600 for r in rows)
+
+    # -- events ---------------------------------------------------------------------------------------
+    def add_event(self, job_id: str, kind: str, data: dict | None = None) -> dict[str, Any]:
+        event = {"job_id": job_id, "ts": time.time(), "kind": kind, "data": data or {}}
+        self._tx(
+            "INSERT INTO events (job_id, ts, kind, data_json) VALUES (?, ?, ?, ?)",
+            (job_id, event["ts"], kind, json.dumps(event["data"], default=str)),
+        )
+        return event
+
+    def events(self, job_id: str) -> Iterator[dict[str, Any]]:
+        for r in self._tx("SELECT * FROM events WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall():
+            yield {"seq": r["seq"], "ts": r["ts"], "kind": r["kind"], "data": json.loads(r["data_json"])}
+
+
+def _job_dict(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["state"] = JobState(d["state"])
+    d["recipe"] = json.loads(d.pop("recipe_json"))
+    d["spec"] = json.loads(d.pop("spec_json"))
+    d["plan"] = json.loads(d.pop("plan_json")) if d.get("plan_json") else None
+    return d

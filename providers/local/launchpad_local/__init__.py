@@ -1,0 +1,263 @@
+"""The `local` provider: this machine. The embedded default and the template for new providers.
+
+An "instance" is a work directory under ``<launchpad data dir>/local/instances/<id>/`` plus the agent
+and trainer processes started in it. ``instance.json`` in that directory carries the job tag, so
+`instances()` finds every job's processes even if the state database is deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from launchpad.agent import FILES, pid_alive
+from launchpad.errors import ProviderError
+from launchpad.models import (
+    JOB_TAG,
+    Bundle,
+    Capability,
+    CheckpointRef,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    JobProgress,
+    Offer,
+    TeardownMode,
+    TrainHandle,
+)
+from launchpad.plugins import hookimpl
+from launchpad.provider import Provider
+
+
+@hookimpl
+def launchpad_register_providers(register):
+    register(LocalProvider)
+
+
+class LocalProvider(Provider):
+    name = "local"
+    unsupported = {
+        Capability.MULTI_NODE: "local runs on this one machine",
+        Capability.SPOT: "this machine has no spot market",
+        Capability.NVME: "local uses whatever disk this machine has",
+    }
+
+    # The Popen handles of agents this process started, so they are reaped rather than left as zombies.
+    _children: dict[str, subprocess.Popen] = {}
+
+    @property
+    def root(self) -> Path:
+        from launchpad.settings import data_dir
+
+        return Path(self.config.get("root") or data_dir() / "local" / "instances")
+
+    def default_checkpoint_uri(self) -> str:
+        from launchpad.settings import data_dir
+
+        return (data_dir() / "checkpoints").as_uri()
+
+    def check(self) -> str | None:
+        return None  # this machine is always there
+
+    def offers(self) -> list[Offer]:
+        try:
+            mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        except (ValueError, OSError, AttributeError):
+            mem_gb = 0.0
+        return [
+            Offer(provider=self.name, instance_type="this-machine", region="local", vcpus=float(os.cpu_count() or 1),
+                  memory_gb=round(mem_gb, 1), price_per_hour=0.0)
+        ]
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _dir(self, instance: Instance) -> Path:
+        return self.root / instance.id
+
+    def provision(self, offer: Offer, spec: InstanceSpec) -> Instance:
+        # Name-based idempotency: the instance id is a function of the token.
+        instance_id = "local-" + hashlib.sha256(spec.token.encode()).hexdigest()[:12]
+        workdir = self.root / instance_id
+        meta = workdir / "instance.json"
+        if meta.exists():
+            return self._load(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        instance = Instance(
+            provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING, offer=offer,
+            address="localhost", created_at=time.time(),
+            data={"workdir": str(workdir), "token": spec.token, "tags": {JOB_TAG: spec.job_id, **spec.tags}},
+        )
+        _write_json(meta, instance.to_dict())
+        return instance
+
+    def sync(self, instance: Instance, bundle: Bundle) -> None:
+        workdir = self._dir(instance)
+        if not workdir.exists():
+            raise ProviderError(f"local instance {instance.id} is gone", provider=self.name)
+        spec = {**bundle.job_spec, "workdir": str(workdir), "status_path": str(workdir / FILES["status"])}
+        _write_json(workdir / FILES["spec"], spec)  # never the resolved env: secrets stay in memory
+        (workdir / "recipe.yaml").write_text(bundle.recipe_text)
+
+    def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
+        workdir = self._dir(instance)
+        if pid := pid_alive(workdir / FILES["agent_pid"]):
+            return TrainHandle(instance.id, pid)
+        (workdir / FILES["exit"]).unlink(missing_ok=True)
+        env = {**os.environ, **bundle.env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        with open(workdir / "agent.log", "ab") as log:
+            # argv list, no shell: nothing from the recipe is ever interpreted by a shell
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "launchpad.agent", "--workdir", str(workdir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
+                start_new_session=True,  # survives Ctrl-C in, and the exit of, the launching process
+            )
+        self._children[instance.id] = proc
+        for _ in range(100):  # the agent writes its pid file first thing
+            if (workdir / FILES["agent_pid"]).exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return TrainHandle(instance.id, proc.pid, time.time())
+
+    def _agent_running(self, workdir: Path, instance_id: str) -> bool:
+        child = self._children.get(instance_id)
+        if child is not None and child.poll() is not None:
+            return False
+        return pid_alive(workdir / FILES["agent_pid"]) is not None
+
+    def progress(self, instance: Instance) -> JobProgress:
+        workdir = self._dir(instance)
+        try:
+            status = json.loads((workdir / FILES["status"]).read_text())
+        except (OSError, ValueError):
+            status = {}
+        exit_code = _read_int(workdir / FILES["exit"])
+        running = exit_code is None and self._agent_running(workdir, instance.id)
+        if exit_code is None and not running and (workdir / FILES["agent_pid"]).exists():
+            exit_code = -signal.SIGKILL  # the agent itself died without recording the trainer's end
+        return JobProgress.from_status(status, running=running, exit_code=exit_code)
+
+    def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
+        path = self._dir(instance) / FILES["log"]
+        while follow and not path.exists() and self.progress(instance).running:
+            time.sleep(0.2)
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8", errors="replace") as f:
+            while True:
+                line = f.readline()
+                if line:
+                    yield line.rstrip("\n")
+                    continue
+                if not follow or not self.progress(instance).running:
+                    yield from (l.rstrip("\n") for l in f.readlines())
+                    return
+                time.sleep(0.2)
+
+    def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
+        from launchpad.storage import open_store
+        from launchpad.storage.checkpoints import latest_checkpoint
+
+        workdir = self._dir(instance)
+        spec = json.loads((workdir / FILES["spec"]).read_text())
+        store = open_store(spec["checkpoint_uri"])
+        if self.progress(instance).running:
+            before = self.progress(instance).step
+            (workdir / FILES["save_now"]).touch()
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                p = self.progress(instance)
+                if (p.last_checkpoint_step or -1) >= before or not p.running:
+                    break
+                time.sleep(0.25)
+            else:
+                raise ProviderError(f"no checkpoint within {timeout:.0f} s", provider=self.name)
+        return latest_checkpoint(store, spec["job_id"])
+
+    def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        workdir = self._dir(instance)
+        if not workdir.exists():
+            return
+        for pidfile in (FILES["agent_pid"], FILES["trainer_pid"]):
+            if pid := pid_alive(workdir / pidfile):
+                _terminate_group(pid)
+        child = self._children.pop(instance.id, None)
+        if child is not None:
+            child.poll()
+        if mode is TeardownMode.STOP:
+            meta = json.loads((workdir / "instance.json").read_text())
+            _write_json(workdir / "instance.json", {**meta, "state": InstanceState.STOPPED.value})
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def status(self, instance: Instance) -> InstanceState:
+        workdir = self._dir(instance)
+        if not (workdir / "instance.json").exists():
+            return InstanceState.TERMINATED
+        return self._load(workdir).state
+
+    def instances(self) -> list[Instance]:
+        if not self.root.exists():
+            return []
+        found = []
+        for meta in sorted(self.root.glob("*/instance.json")):
+            try:
+                found.append(self._load(meta.parent))
+            except (OSError, ValueError, KeyError):
+                continue  # half-written by a provision that was interrupted: it has no processes yet
+        return found
+
+    def _load(self, workdir: Path) -> Instance:
+        return Instance.from_dict(json.loads((workdir / "instance.json").read_text()))
+
+
+def _terminate_group(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process (its group when it leads one), then SIGKILL after `grace` seconds."""
+    try:
+        pgid = os.getpgid(pid)
+        if pgid == pid:  # the agent leads its own session: stop it and its trainer together
+            os.killpg(pgid, signal.SIGTERM)
+        else:
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if _is_zombie(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL) if pgid == pid else os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].split()[0] in ("Z", "X")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
