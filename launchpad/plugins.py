@@ -36,9 +36,19 @@ def get_plugin_manager() -> pluggy.PluginManager:
     for modname in _BUILTIN_PLUGINS:
         if modname not in disabled_plugins():
             pm.register(importlib.import_module(modname), name=modname)
-    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    # A misspelled hook implementation is a bug in the plugin: say so instead of ignoring it.
-    pm.check_pending()
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        # A misspelled hook implementation is a bug in the plugin: say so instead of ignoring it.
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        name = pm.get_name(e.plugin) or getattr(e.plugin, "__name__", "?")
+        raise ConfigError(
+            f"plugin {name!r} is broken: {e}", hint=f"fix it, or set LAUNCHPAD_DISABLE_PLUGINS={name} to skip it"
+        ) from None
+    except ImportError as e:
+        raise ConfigError(
+            f"a launchpad plugin failed to import: {e}", hint="reinstall it, or skip it with LAUNCHPAD_DISABLE_PLUGINS"
+        ) from None
     return pm
 
 
