@@ -1,81 +1,427 @@
-"""Recipes: pydantic models of recipes/*.yaml.
+"""Recipes: pydantic models of recipes/*.yaml, and the loader that turns a file into a `Recipe`.
 
 Training keys use Axolotl's names so an Axolotl config ports over; launchpad's own sections are
 `resources`, `checkpoint`, `autostop` and `env`.
+
+`load_recipe(path)` is the front door: it reads the file safely (launchpad.yamlsafe), applies overrides,
+validates, resolves relative paths against the recipe's folder and checks that local files exist. Every
+problem becomes one line ``<file>: <field>: <what> (<fix>)`` of a RecipeError. Validating a dict with
+`Recipe.model_validate` checks the shape only (no file-system access): that is what the agent does with
+the recipe it finds in job.json on a machine where the client's paths do not exist.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ._recipe_errors import apply_overrides, format_errors
+from .errors import RecipeError
+from .gpuspec import GpuSpec, parse_gpu_spec
+from .yamlsafe import YamlError, read_yaml_mapping
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+BUILTIN_MODELS = ("tiny-llama",)  # `base_model: builtin:<name>`: made on the fly, no download
+STORE_SCHEMES = ("file", "s3", "gs", "az")
+DATASET_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
+_FILE_LIKE = re.compile(r"\.(jsonl|json|parquet|csv|txt|tsv|xlsx?|arrow|gz|zip|yaml|yml)$", re.IGNORECASE)
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}(/|$)")
+_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]{0,127})\}")
+_REGION = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9*?_-]{0,63}$")
+_PROVIDER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}){0,2}$")
+_PATH_START = ("/", "./", "../", "~")
 
+
+# ---- path and value checks (pure functions; the validators below call them) -------------------
+
+def _context(info: ValidationInfo) -> tuple[Path | None, bool]:
+    """(recipe folder, whether to check the file system) from load_recipe; (None, False) otherwise."""
+    ctx = info.context or {}
+    return ctx.get("base_dir"), bool(ctx.get("check_paths"))
+
+
+def _local_path(value: str, base_dir: Path | None) -> str:
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base_dir is not None:
+        p = base_dir / p
+    return str(p.resolve()) if p.is_absolute() else value
+
+
+def _no_control_chars(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise ValueError("must not be empty")
+    if any(ord(c) < 32 for c in value):
+        raise ValueError("must not contain control characters or line breaks")
+    return value
+
+
+def _store_uri(value: str, allowed: tuple[str, ...] = STORE_SCHEMES) -> tuple[str, str] | None:
+    """(scheme, rest) for a URI, None for anything else. Raises ValueError for unsupported schemes."""
+    m = _URI.match(value)
+    if not m:
+        return None
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if scheme not in allowed:
+        listed = ", ".join(f"{s}://" for s in allowed)
+        raise ValueError(f"unsupported scheme '{scheme}://' (use {listed} or a local path)")
+    if scheme != "file" and not _BUCKET.match(rest):
+        raise ValueError(f"'{scheme}://' must be followed by a bucket name, e.g. {scheme}://my-bucket/path")
+    if scheme == "file" and not rest:
+        raise ValueError("'file://' must be followed by a path")
+    return scheme, rest
+
+
+def _existing(path: str, check: bool, *, what: str) -> str:
+    if check and not os.path.exists(path):
+        raise ValueError(f"{what} not found: {path} (relative paths are read from the recipe's folder)")
+    return path
+
+
+def _check_base_model(value: str, info: ValidationInfo) -> str:
+    value = _no_control_chars(value)
+    base_dir, check = _context(info)
+    if value.startswith("builtin:"):
+        if value[len("builtin:"):] not in BUILTIN_MODELS:
+            names = ", ".join(f"builtin:{b}" for b in BUILTIN_MODELS)
+            raise ValueError(f"unknown builtin model (the builtins are: {names})")
+        return value
+    uri = _store_uri(value)
+    if uri and uri[0] != "file":
+        return value
+    if uri:  # file://path: a local folder like any other
+        value = uri[1]
+    is_local = (
+        uri is not None or value.startswith(_PATH_START) or value.count("/") > 1 or not _HF_ID.match(value)
+        or (base_dir is not None and (base_dir / value).exists())  # a local folder wins, as in from_pretrained
+    )
+    if not is_local:
+        return value  # a Hugging Face model id
+    path = _existing(_local_path(value, base_dir), check, what="model folder")
+    if check and not os.path.isdir(path):
+        raise ValueError(f"must be a model folder (with config.json), not a file: {path}")
+    return path
+
+
+def _check_dataset_path(value: str, info: ValidationInfo) -> str:
+    value = _no_control_chars(value)
+    base_dir, check = _context(info)
+    uri = _store_uri(value)
+    if uri and uri[0] != "file":
+        return value
+    if uri:
+        value = uri[1]
+    is_local = (
+        uri is not None or value.startswith(_PATH_START) or _FILE_LIKE.search(value) is not None
+        or not _HF_ID.match(value) or (base_dir is not None and (base_dir / value).exists())
+    )
+    if not is_local:
+        return value  # a Hugging Face dataset id
+    path = _local_path(value, base_dir)
+    if _FILE_LIKE.search(path) and not path.lower().endswith(DATASET_SUFFIXES):
+        raise ValueError(f"unsupported file type (use {', '.join(DATASET_SUFFIXES)})")
+    return _existing(path, check, what="dataset file")
+
+
+def _check_deepspeed(value: str, info: ValidationInfo) -> str:
+    value = _no_control_chars(value)
+    base_dir, check = _context(info)
+    if _store_uri(value, ("file",)):
+        value = value[len("file://"):]
+    path = _existing(_local_path(value, base_dir), check, what="DeepSpeed config")
+    if check:
+        if not os.path.isfile(path):
+            raise ValueError(f"must be a DeepSpeed JSON file, not a folder: {path}")
+        if os.path.getsize(path) > 1 << 20:
+            raise ValueError(f"DeepSpeed config is larger than 1 MiB: {path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            where = f" (line {e.lineno}: {e.msg})" if isinstance(e, json.JSONDecodeError) else ""
+            raise ValueError(f"not valid JSON{where}: {path}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"must hold a JSON object {{...}}: {path}")
+    return path
+
+
+def _check_checkpoint_uri(value: str, info: ValidationInfo) -> str:
+    value = _no_control_chars(value)
+    base_dir, _ = _context(info)
+    uri = _store_uri(value)
+    if uri and uri[0] != "file":
+        return value.rstrip("/")
+    local = uri[1] if uri else value
+    resolved = _local_path(local, base_dir)
+    return Path(resolved).as_uri() if os.path.isabs(resolved) else value
+
+
+def _check_name(value: Any) -> Any:
+    if isinstance(value, str) and not re.match(NAME_PATTERN, value):
+        bad = sorted({c for c in value if not (c.isascii() and (c.isdigit() or c.islower() or c == "-"))})
+        why = f"has characters that are not allowed ({' '.join(map(repr, bad))})" if bad else "is not a valid name"
+        if not bad and (not value or value.startswith("-")):
+            why = "must start with a lowercase letter or digit"
+        elif not bad and len(value) > 63:
+            why = "is longer than 63 characters"
+        slug = re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")[:63]
+        hint = f"; e.g. {slug!r}" if slug else ""
+        raise ValueError(f"{why}: use 1-63 of a-z, 0-9 and '-', starting with a letter or digit{hint}")
+    return value
+
+
+def _true_false_auto(value: Any) -> Any:
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise ValueError("must be true, false or auto")
+
+
+def _to_str(value: Any) -> Any:
+    """YAML reads `cuda: 12.1` and `OMP_NUM_THREADS: 4` as numbers; they are meant as text."""
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _check_gpu(value: Any) -> Any:
+    value = _to_str(value)
+    return str(parse_gpu_spec(value)) if isinstance(value, str) else value  # canonical form
+
+
+def _pattern(regex: re.Pattern, what: str) -> Any:
+    def check(value: str) -> str:
+        if not regex.match(value):
+            raise ValueError(f"must be {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _check_env_value(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    rest = _ENV_REF.sub("", value)
+    if "${" in rest:
+        raise ValueError("malformed reference (write ${env:NAME}, NAME of letters, digits and _)")
+    return value
+
+
+EnvName = Annotated[str, _pattern(_ENV_NAME, "a variable name of letters, digits and _ (not starting with a digit)")]
+EnvValue = Annotated[str, BeforeValidator(_to_str), AfterValidator(_check_env_value)]
+Region = Annotated[str, _pattern(_REGION, "a region name or glob like 'us-east-1' or 'us-*'")]
+ProviderName = Annotated[str, _pattern(_PROVIDER, "a provider name like 'local' or 'aws'")]
+
+
+# ---- the models ------------------------------------------------------------------------------
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Dataset(_Strict):
-    path: str
-    type: Literal["chat", "alpaca", "completion"] = "chat"
+    """One training data source."""
+
+    path: str = Field(description=(
+        "A local file (.jsonl .json .parquet .csv .txt; relative to the recipe's folder), a folder of them, "
+        "a store URI (s3:// gs:// az:// file://) or a Hugging Face dataset id ('org/name')."))
+    type: Literal["chat", "alpaca", "completion"] = Field("chat", description=(
+        "chat: {messages: [{role, content}]}; alpaca: {instruction, input, output}; completion: {text}."))
+
+    _path = field_validator("path")(_check_dataset_path)
 
 
 class Resources(_Strict):
-    gpu: str | None = None  # dstack style: "A100:1", "H100:80GB:8", "24GB.."; None = CPU offers qualify
-    nodes: int = Field(1, ge=1)
-    cuda: str | None = None  # minimum CUDA version, "12.1"
-    disk: Literal["nvme", "any"] = "any"
-    spot: bool | Literal["auto"] = False
-    regions: list[str] = Field(default_factory=list)  # globs: "us-*"
-    max_price: float | None = Field(None, gt=0)  # USD per hour, whole job (all nodes)
-    providers: list[str] = Field(default_factory=list)  # allow-list; empty = any configured
+    """What the job needs from a machine; the planner filters offers on it."""
+
+    gpu: str | None = Field(None, description=(
+        "GPUs per node in dstack's spec style: 'A100', 'H100:80GB:8', '24GB..', 'A100,H100:2..8'. "
+        "Leave out for a CPU-only job."))
+    nodes: int = Field(1, ge=1, le=1024, description="Number of machines (multi-node runs use DeepSpeed/torchrun).")
+    cuda: str | None = Field(None, description="Minimum CUDA version on the machine, e.g. '12.1'.")
+    disk: Literal["nvme", "any"] = Field("any", description="'nvme': only offers with local NVMe for data.")
+    spot: bool | Literal["auto"] = Field(False, description=(
+        "true: spot/preemptible only; false: on-demand only; auto: whichever the planner scores best."))
+    regions: list[Region] = Field(default_factory=list, description="Allowed regions, globs allowed: ['us-*'].")
+    max_price: float | None = Field(None, gt=0, description="Price cap in USD per hour for the whole job (all nodes).")
+    providers: list[ProviderName] = Field(default_factory=list, description=(
+        "Allow-list of provider names; empty = any configured provider."))
+
+    _gpu = field_validator("gpu", mode="before")(_check_gpu)
+    _spot = field_validator("spot", mode="before")(_true_false_auto)
+    _cuda = field_validator("cuda", mode="before")(_to_str)
+
+    @field_validator("cuda")
+    @classmethod
+    def _cuda_format(cls, value: str | None) -> str | None:
+        if value is not None and not _CUDA.match(value):
+            raise ValueError("must be a version like '12.1'")
+        return value
+
+    @property
+    def gpu_spec(self) -> GpuSpec | None:
+        """The parsed `gpu`, or None for a CPU-only job."""
+        return parse_gpu_spec(self.gpu) if self.gpu else None
 
 
 class Checkpoint(_Strict):
-    uri: str | None = None  # file:// s3:// gs:// az://; None = the provider's default
-    every_steps: int = Field(100, ge=1)
-    keep: int = Field(3, ge=1)
+    """Where and how often training state is saved; `resume` continues from the latest complete one."""
+
+    uri: str | None = Field(None, description=(
+        "Store URI (file:// s3:// gs:// az://) or a local path (relative to the recipe's folder; becomes "
+        "file://). Leave out for the provider's default."))
+    every_steps: int = Field(100, ge=1, le=10**9, description="Save a checkpoint every this many optimizer steps.")
+    keep: int = Field(3, ge=1, le=1000, description="Keep this many most recent checkpoints in the store.")
+
+    _uri = field_validator("uri")(_check_checkpoint_uri)
 
 
 class Autostop(_Strict):
-    idle_minutes: int = Field(30, ge=1)
-    action: Literal["stop", "terminate"] = "stop"
+    """What the machine does to itself once idle, even with the client offline."""
+
+    idle_minutes: int = Field(30, ge=1, le=10080, description="Idle time (no trainer, GPUs unused) before acting.")
+    action: Literal["stop", "terminate"] = Field("stop", description=(
+        "stop: keep the disk (cheap, restartable); terminate: delete the machine."))
 
 
 class Recipe(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    base_model: str
-    adapter: Literal["qlora", "lora", "full"] = "lora"
-    datasets: list[Dataset] = Field(min_length=1)
-    sequence_len: int = Field(2048, ge=8)
-    micro_batch_size: int = Field(1, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    learning_rate: float = Field(2e-4, gt=0)
-    num_epochs: float | None = Field(None, gt=0)
-    max_steps: int | None = Field(None, ge=1)
-    bf16: bool | Literal["auto"] = "auto"
-    gradient_checkpointing: bool = False
-    lora_r: int = Field(8, ge=1)
-    lora_alpha: int = Field(16, ge=1)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
-    lora_target_modules: list[str] | None = None  # None = the model's attention projections
-    lora_modules_to_save: list[str] | None = None  # Axolotl: also train these in full (embed_tokens, lm_head)
-    deepspeed: str | None = None  # path to a DeepSpeed JSON config
-    seed: int = 42
-    logging_steps: int = Field(1, ge=1)
+    """A fine-tuning job: model, data, hyper-parameters and what it may run on."""
 
-    resources: Resources = Field(default_factory=Resources)
-    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    autostop: Autostop = Field(default_factory=Autostop)
-    env: dict[str, str] = Field(default_factory=dict)  # values may be "${env:NAME}"; resolved at launch only
+    name: str = Field(pattern=NAME_PATTERN, description=(
+        "Job name: 1-63 of a-z, 0-9 and '-', starting with a letter or digit (it ends up in machine names)."))
+    base_model: str = Field(description=(
+        "Hugging Face id ('org/name'), store URI (s3:// gs:// az:// file://), local model folder (relative to "
+        "the recipe's folder; a local folder wins over a same-named Hub id) or " +
+        ", ".join(f"'builtin:{b}'" for b in BUILTIN_MODELS) + " (a tiny random model for demos and tests)."))
+    adapter: Literal["qlora", "lora", "full"] = Field("lora", description=(
+        "qlora: LoRA on a 4-bit base; lora: LoRA on a 16-bit base; full: train every weight."))
+    datasets: list[Dataset] = Field(min_length=1, description="Training data; at least one entry.")
+    sequence_len: int = Field(2048, ge=8, le=1 << 20, description="Maximum tokens per example; longer ones are cut.")
+    micro_batch_size: int = Field(1, ge=1, le=65536, description="Examples per GPU per forward pass.")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536, description="Micro-batches per optimizer step.")
+    learning_rate: float = Field(2e-4, gt=0, le=1, description="Peak learning rate.")
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
+        "cosine", description="Learning-rate schedule after warm-up.")
+    warmup_steps: int = Field(0, ge=0, le=10**9, description="Optimizer steps of linear warm-up.")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
+    num_epochs: float | None = Field(None, gt=0, le=10000, description=(
+        "Passes over the data. Set this or max_steps; if both are set, max_steps wins (as in HF Trainer)."))
+    max_steps: int | None = Field(None, ge=1, le=10**9, description=(
+        "Optimizer steps to run. Set this or num_epochs; if both are set, max_steps wins (as in HF Trainer)."))
+    bf16: bool | Literal["auto"] = Field("auto", description="bfloat16 training; auto = when the GPU supports it.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory (~30% slower).")
+    lora_r: int = Field(8, ge=1, le=4096, description="LoRA rank.")
+    lora_alpha: int = Field(16, ge=1, le=65536, description="LoRA scaling numerator (scale = lora_alpha / lora_r).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA path.")
+    lora_target_modules: list[str] | None = Field(None, min_length=1, description=(
+        "Module names to adapt, e.g. ['q_proj', 'v_proj']; leave out for the model's attention projections."))
+    lora_modules_to_save: list[str] | None = Field(None, description=(
+        "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
+    deepspeed: str | None = Field(None, description="Path to a DeepSpeed JSON config (relative to the recipe's folder).")
+    seed: int = Field(42, ge=0, le=2**32 - 1, description="Random seed for data order and initialisation.")
+    logging_steps: int = Field(1, ge=1, le=10**9, description="Log loss every this many optimizer steps.")
 
-    # Where the recipe came from; not a recipe key (excluded from the schema and from dumps).
-    source: str | None = Field(default=None, exclude=True)
+    resources: Resources = Field(default_factory=Resources, description=Resources.__doc__)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint, description=Checkpoint.__doc__)
+    autostop: Autostop = Field(default_factory=Autostop, description=Autostop.__doc__)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, description=(
+        "Environment variables for the trainer. Values may reference the launching shell's variables as "
+        "${env:NAME}; they are resolved at launch and never stored or logged."))
+
+    # Where the recipe came from (absolute), set by load_recipe; not a recipe key.
+    _source_path: str | None = PrivateAttr(None)
+    _source_shown: str | None = PrivateAttr(None)  # as the user typed it, for messages
+
+    _name = field_validator("name", mode="before")(_check_name)
+    _base_model = field_validator("base_model")(_check_base_model)
+    _deepspeed = field_validator("deepspeed")(_check_deepspeed)
+    _bf16 = field_validator("bf16", mode="before")(_true_false_auto)
+
+    @model_validator(mode="after")
+    def _steps_set(self) -> Recipe:
+        if self.num_epochs is None and self.max_steps is None:
+            raise ValueError(_STEPS_PROBLEM)
+        return self
+
+    @property
+    def source_path(self) -> str | None:
+        """Absolute path of the file this recipe was loaded from; None if built in code."""
+        return self._source_path
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read, validate and resolve a recipe file. Raises RecipeError with one line per problem."""
-    raise NotImplementedError  # written by the recipe work
+_STEPS_PROBLEM = "num_epochs, max_steps: neither is set (set max_steps: N or num_epochs: N; max_steps wins if both)"
+
+
+def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Read, validate and resolve a recipe file. Raises RecipeError with one line per problem, each
+    starting with `path` as given. `overrides` maps dotted keys (``max_steps``, ``resources.gpu``,
+    ``datasets[0].path``) to values applied before validation; relative paths in them resolve against
+    the recipe's folder like the file's own."""
+    shown = os.fspath(path)
+    try:
+        data = read_yaml_mapping(path)
+    except YamlError as e:
+        raise RecipeError([f"{shown}: {p}" for p in e.problems]) from None
+    data, problems, overridden = apply_overrides(data, overrides or {})
+    if problems:
+        raise RecipeError([f"{shown}: {p}" for p in problems])
+    base_dir = Path(path).expanduser().resolve().parent
+    try:
+        recipe = Recipe.model_validate(data, context={"base_dir": base_dir, "check_paths": True})
+    except ValidationError as e:
+        lines = format_errors(e, Recipe, overridden)
+        if data.get("num_epochs") is None and data.get("max_steps") is None and _STEPS_PROBLEM not in lines:
+            lines.append(_STEPS_PROBLEM)  # the model-level check only runs once every field is valid
+        raise RecipeError([f"{shown}: {line}" for line in lines]) from None
+    recipe._source_path = str(Path(path).expanduser().resolve())
+    recipe._source_shown = shown
+    return recipe
+
+
+def resolve_env(recipe: Recipe, environ: Mapping[str, str]) -> dict[str, str]:
+    """The recipe's `env` with every ``${env:NAME}`` replaced from `environ`. A missing variable is a
+    RecipeError naming the env key and the variable; values never appear in messages."""
+    shown = recipe._source_shown or recipe.source_path or "recipe"
+    problems, resolved = [], {}
+    for key, value in recipe.env.items():
+        missing = [n for n in _ENV_REF.findall(value) if n not in environ]
+        for name in dict.fromkeys(missing):
+            problems.append(f"{shown}: env.{key}: ${{env:{name}}} is not set in the environment (export {name} first)")
+        if not missing:
+            resolved[key] = _ENV_REF.sub(lambda m: environ[m.group(1)], value)
+    if problems:
+        raise RecipeError(problems)
+    return resolved
+
+
+def recipe_hash(recipe: Recipe) -> str:
+    """sha256 (hex) of the validated recipe as canonical JSON (resolved paths included)."""
+    canonical = json.dumps(recipe.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def recipe_schema() -> dict:
+    """JSON Schema of recipe files, for `launchpad schema` and editors."""
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "launchpad recipe"
+    return schema
