@@ -1,0 +1,166 @@
+"""The file:// store: a folder on a local (or mounted) filesystem.
+
+It is the `local` provider's object store and the reference implementation of the `Store` contract:
+every write lands under a temporary name in the destination folder and is renamed into place with
+`os.replace`, so a reader never sees a partial object (rename is atomic within one filesystem).
+Temporary names start with `.lp-tmp-` and are never listed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ..errors import BadInput, StorageError
+from ..plugins import hookimpl
+from . import ObjectInfo, Store
+
+TMP_PREFIX = ".lp-tmp-"
+
+
+def path_of_file_uri(uri: str) -> Path:
+    """The local path a file:// URI (or a bare path) names."""
+    if not uri.startswith("file://"):
+        return Path(uri).expanduser().resolve()
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        raise BadInput(f"file:// URI names another host ({parts.netloc}): {uri}", hint="use file:///absolute/path")
+    return Path(unquote(parts.path))
+
+
+class FileStore(Store):
+    """A store rooted at a local folder. The root is created on the first write, not on open."""
+
+    scheme = "file"
+
+    def __init__(self, root_uri: str):
+        super().__init__(root_uri)
+        self.root = path_of_file_uri(self.root_uri)
+
+    # -- keys <-> paths -------------------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        """The path of `key`; refuses keys that would escape the root ('..', absolute keys)."""
+        parts = [p for p in key.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
+        return self.root.joinpath(*parts)
+
+    def _tmp_beside(self, path: Path) -> Path:
+        for attempt in range(3):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+                break
+            except FileNotFoundError:
+                # A concurrent delete() pruned the folder between mkdir and mkstemp: make it again.
+                if attempt == 2:
+                    raise StorageError(f"cannot write to {path.parent}: it keeps disappearing") from None
+            except OSError as e:
+                raise StorageError(f"cannot write to {path.parent}: {e.strerror or e}") from e
+        os.close(fd)
+        return Path(tmp)
+
+    # -- Store ----------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        if not self.root.is_dir():
+            return []
+        # Walk only the deepest folder the prefix fully names, then filter on the raw prefix, so
+        # list("job/checkpoint-1") matches "job/checkpoint-10/..." too, as object stores do.
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self._path(head) if head.strip("/") else self.root
+        if not start.is_dir():
+            return []
+        out: list[ObjectInfo] = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
+            for name in filenames:
+                if name.startswith(TMP_PREFIX):
+                    continue
+                full = Path(dirpath, name)
+                key = full.relative_to(self.root).as_posix()
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    size = full.stat().st_size
+                except FileNotFoundError:  # deleted while we walked
+                    continue
+                out.append(ObjectInfo(key=key, size=size))
+        return out
+
+    def get_file(self, key: str, dest: Path) -> None:
+        src = self._path(key)
+        if not src.is_file():
+            raise StorageError(f"no such object: {self.uri(key)}")
+        dest = Path(dest)
+        tmp = self._tmp_beside(dest)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dest)
+        except FileNotFoundError as e:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"no such object: {self.uri(key)}") from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def put_file(self, src: Path, key: str) -> None:
+        dest = self._path(key)
+        tmp = self._tmp_beside(dest)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dest)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot upload {src} to {self.uri(key)}: {e.strerror or e}") from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise StorageError(f"no such object: {self.uri(key)}") from e
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        dest = self._path(key)
+        tmp = self._tmp_beside(dest)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, dest)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {self.uri(key)}: {e.strerror or e}") from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:  # a "folder" is not an object; delete_prefix removes what is in it
+            return
+        self._prune_empty_dirs(path.parent)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def _prune_empty_dirs(self, folder: Path) -> None:
+        """Remove folders emptied by deletes, up to (not including) the root, so listings stay clean."""
+        while folder != self.root and self.root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or already gone): stop climbing
+                return
+            folder = folder.parent
+
+
+@hookimpl
+def launchpad_register_stores(register):
+    register("file", FileStore)

@@ -1,0 +1,126 @@
+"""Recipe datasets -> one HF `datasets.Dataset` that TRL's SFTTrainer takes as is.
+
+Types (Axolotl's names):
+  chat        rows {"messages": [{"role", "content"}, ...]}; the tokenizer's chat template is applied
+  alpaca      rows {"instruction", "input"?, "output"}; turned into a user/assistant conversation
+  completion  rows {"text"}; plain language modelling
+
+A path is a local .jsonl/.json file or folder of them (already absolute in the job spec), or a Hugging
+Face dataset id loaded with `datasets.load_dataset` (its "train" split). Object-store URIs are pre-warmed
+to local disk by the agent (issue 3) before the trainer starts. When every dataset is conversational the
+result has a `messages` column (TRL applies the chat template and may mask prompts later); otherwise
+every row is rendered to a `text` column.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import BadInput
+
+_LOCAL_SUFFIXES = (".jsonl", ".json")
+
+
+def _read_json_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl file, or of a .json file holding a list (or JSON lines)."""
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if path.suffix == ".json" and stripped.startswith("["):
+        try:
+            rows = json.loads(text)
+        except ValueError as e:
+            raise BadInput(f"{path}: not valid JSON: {e}") from e
+        if not all(isinstance(r, dict) for r in rows):
+            raise BadInput(f"{path}: expected a list of objects")
+        return rows
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise BadInput(f"{path}:{lineno}: not valid JSON ({e.__class__.__name__}: {e})") from e
+        if not isinstance(row, dict):
+            raise BadInput(f"{path}:{lineno}: expected a JSON object per line")
+        rows.append(row)
+    return rows
+
+
+def load_rows(path: str, *, cache_dir: Path | None = None) -> Iterable[dict[str, Any]]:
+    """Raw rows of one dataset path: local file/folder, or a Hugging Face id."""
+    local = Path(path[len("file://") :] if path.startswith("file://") else path)
+    if local.is_file():
+        return _read_json_rows(local)
+    if local.is_dir():
+        files = sorted(p for p in local.rglob("*") if p.suffix in _LOCAL_SUFFIXES)
+        if not files:
+            raise BadInput(f"{local}: no .jsonl or .json files in this folder")
+        return [row for f in files for row in _read_json_rows(f)]
+    if local.is_absolute() or path.endswith(_LOCAL_SUFFIXES) or "://" in path:
+        raise BadInput(f"dataset {path} does not exist on this machine")
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, split="train", cache_dir=str(cache_dir) if cache_dir else None)
+    except Exception as e:  # the hub client raises many types; the user needs one line
+        raise BadInput(f"cannot load dataset {path!r}: {e.__class__.__name__}: {e}") from e
+
+
+def _chat_row(row: dict[str, Any], where: str) -> list[dict[str, str]]:
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadInput(f"{where}: a chat row needs a non-empty 'messages' list")
+    out = []
+    for m in messages:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise BadInput(f"{where}: every message needs string 'role' and 'content'")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def _alpaca_row(row: dict[str, Any], where: str) -> list[dict[str, str]]:
+    instruction, output = row.get("instruction"), row.get("output")
+    if not isinstance(instruction, str) or not isinstance(output, str):
+        raise BadInput(f"{where}: an alpaca row needs string 'instruction' and 'output'")
+    extra = row.get("input") or ""
+    prompt = f"{instruction}\n\n{extra}" if extra else instruction
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]
+
+
+def _completion_row(row: dict[str, Any], where: str) -> str:
+    text = row.get("text")
+    if not isinstance(text, str) or not text:
+        raise BadInput(f"{where}: a completion row needs a non-empty string 'text'")
+    return text
+
+
+def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None):
+    """One shuffled-by-the-trainer `datasets.Dataset` from the recipe's `datasets` list.
+
+    `specs` are `launchpad.recipe.Dataset` objects (path, type). Raises BadInput naming the file and
+    row for malformed data, and for an empty result.
+    """
+    from datasets import Dataset
+
+    conversations: list[list[dict[str, str]]] = []
+    texts: list[str] = []
+    for spec in specs:
+        for i, row in enumerate(load_rows(spec.path, cache_dir=cache_dir)):
+            where = f"{spec.path}: row {i + 1}"
+            if spec.type == "chat":
+                conversations.append(_chat_row(row, where))
+            elif spec.type == "alpaca":
+                conversations.append(_alpaca_row(row, where))
+            else:
+                texts.append(_completion_row(row, where))
+    if not conversations and not texts:
+        raise BadInput("the recipe's datasets hold no rows")
+    if not texts:
+        return Dataset.from_dict({"messages": conversations})
+    if conversations and not getattr(tokenizer, "chat_template", None):
+        raise BadInput(f"the tokenizer of this base model has no chat template, needed for chat/alpaca data")
+    rendered = [tokenizer.apply_chat_template(c, tokenize=False) for c in conversations]
+    return Dataset.from_dict({"text": rendered + texts})
