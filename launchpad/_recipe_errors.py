@@ -118,7 +118,7 @@ def _describe(err: dict, loc: list, root: type[BaseModel], secret: bool) -> str:
         return f"is required ({hint})" if hint else "is required"
     if kind == "value_error":
         what = str(ctx.get("error", err["msg"]))
-        if secret or (isinstance(value, str) and value and value in what):
+        if secret or not loc or (isinstance(value, str) and value and value in what):
             return what
         return f"{what} (got {_show(value)})"
     if kind == "literal_error":

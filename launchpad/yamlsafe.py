@@ -50,7 +50,7 @@ def read_text(path: str | os.PathLike, *, max_bytes: int = MAX_BYTES) -> str:
     if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
         raise YamlError(["is not a regular file"])
     if st.st_size > max_bytes:
-        raise YamlError([f"file is too large ({st.st_size / 2**20:.1f} MiB; at most {max_bytes // 1024} KiB)"])
+        raise YamlError([f"file is too large ({-(-st.st_size // 1024)} KiB; at most {max_bytes // 1024} KiB)"])
     try:
         with open(p, "rb") as f:
             data = f.read(max_bytes + 1)
