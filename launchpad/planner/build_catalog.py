@@ -1,0 +1,229 @@
+"""Build launchpad's offer catalog snapshot from SkyPilot-format ``vms.csv`` files.
+
+    python -m launchpad.planner.build_catalog ../shared/catalog configs/catalog
+
+reads ``<src>/<cloud>/vms.csv`` for every cloud folder and writes one normalised, GPU-only CSV per cloud
+(`COLUMNS`) plus ``PROVENANCE.md``. The traps of the source data are handled here, once:
+
+- GCP lists GPUs as rows *without* an instance type that carry only the accelerator's price; the host VM
+  (a2/a3/a4/g2, or an N1 VM for attachable GPUs) is its own row. We join them per zone: one offer =
+  host + accelerators, price = host price + accelerator price (spot likewise, when both are known).
+  TPUs are dropped (the trainer is CUDA).
+- Vast's ``SpotPrice`` 0.00 means "no spot price", not free: it becomes empty (None).
+- Vast rows named A100 may be 80 GB: per-GPU memory comes from ``GpuInfo`` (TotalGpuMemoryInMiB / count;
+  Vast's MemoryInfo.SizeInMiB is the total, not per GPU), never from the name.
+- fluidstack's file has CRLF line endings (the csv module with ``newline=""`` reads both).
+- CPU-only rows (about 85k of the ~90k, mostly Azure) and fractional GPUs (AWS g6f) are left out:
+  CPU-only recipes run on the ``local`` provider. `read_source` can still yield them (``gpu_only=False``)
+  for the benchmark.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from launchpad.gpuspec import canonical_gpu_name
+
+COLUMNS = ("InstanceType", "Region", "Zone", "Gpu", "GpuCount", "GpuMemoryGB", "vCPUs", "MemoryGiB",
+           "Price", "SpotPrice")
+
+# Catalog accelerator names that are the same GPU as a simpler name users type.
+_ALIASES = {"RTXA6000": "A6000", "RTXA5000": "A5000", "RTXA4000": "A4000", "H100MEGA": "H100"}
+_NAME_MEM = re.compile(r"-(\d+)GB?$", re.IGNORECASE)  # "A100-80GB", "A100-80G", "V100-32GB"
+
+# GCP: accelerators bundled with a machine family, by (accelerator, count) -> host type.
+_GCP_BUNDLED = {
+    **{("A100", n): f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)},
+    ("A100", 16): "a2-megagpu-16g",
+    **{("A100-80GB", n): f"a2-ultragpu-{n}g" for n in (1, 2, 4, 8)},
+    **{("H100", n): f"a3-highgpu-{n}g" for n in (1, 2, 4, 8)},
+    ("H100-MEGA", 8): "a3-megagpu-8g",
+    ("H200", 8): "a3-ultragpu-8g",
+    ("B200", 8): "a4-highgpu-8g",
+    ("L4", 1): "g2-standard-8", ("L4", 2): "g2-standard-24", ("L4", 4): "g2-standard-48",
+    ("L4", 8): "g2-standard-96",
+}
+# GCP GPUs attached to an N1 VM: SkyPilot's default host, 8 vCPUs per GPU (within each GPU's vCPU limit).
+_GCP_N1_ATTACHED = {"T4", "V100", "P100", "P4"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One normalised catalog offer (on-demand price and, when known, spot price)."""
+
+    cloud: str
+    instance_type: str
+    region: str
+    zone: str
+    gpu: str  # canonical name; "" for CPU-only
+    gpu_count: int
+    gpu_memory_gb: float
+    vcpus: float
+    memory_gb: float
+    price: float
+    spot_price: float | None
+
+    def as_csv(self) -> list[str]:
+        return [self.instance_type, self.region, self.zone, self.gpu, str(self.gpu_count), _fmt(self.gpu_memory_gb),
+                _fmt(self.vcpus), _fmt(self.memory_gb), _fmt(self.price),
+                "" if self.spot_price is None else _fmt(self.spot_price)]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}" if x != int(x) else str(int(x))
+
+
+def _float(text: str | None) -> float | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def gpu_name(raw: str) -> str:
+    """Catalog accelerator name -> the canonical name the planner and `parse_gpu_spec` use."""
+    name = canonical_gpu_name(_NAME_MEM.sub("", raw.strip()))
+    return _ALIASES.get(name, name)
+
+
+def per_gpu_memory_gb(raw_name: str, gpu_info: str, count: float, default_gb: float) -> float:
+    """Memory per GPU in GB: GpuInfo's total / count when it has one, else a size in the name, else default."""
+    info = (gpu_info or "").strip()
+    if info.startswith("{"):
+        try:
+            data = ast.literal_eval(info)  # Python-literal dicts, as SkyPilot writes them
+        except (ValueError, SyntaxError):
+            data = {}
+        total = data.get("TotalGpuMemoryInMiB")
+        if total and count:
+            return float(round(total / count / 1024))
+        gpus = data.get("Gpus") or []
+        if gpus and (mib := (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB")):
+            return float(round(mib / 1024))
+    if m := _NAME_MEM.search(raw_name.strip()):
+        return float(m.group(1))
+    return default_gb
+
+
+def _gpu_defaults() -> dict[str, float]:
+    from .settings import planner_settings
+
+    return {name: float(g.get("memory_gb", 0)) for name, g in planner_settings()["gpus"].items()}
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:  # newline="": CRLF (fluidstack) reads like LF
+        return list(csv.DictReader(f))
+
+
+def _plain_rows(cloud: str, rows: Iterable[dict[str, str]], defaults: dict[str, float],
+                gpu_only: bool) -> Iterator[Row]:
+    for r in rows:
+        raw = (r.get("AcceleratorName") or "").strip()
+        count = _float(r.get("AcceleratorCount")) or 0.0
+        price = _float(r.get("Price"))
+        if price is None or not r.get("InstanceType"):
+            continue
+        if raw and count != int(count):
+            continue  # fractional GPUs (AWS g6f): not a whole device to train on
+        if not raw and gpu_only:
+            continue
+        spot = _float(r.get("SpotPrice"))
+        if spot is not None and spot <= 0:
+            spot = None  # Vast: 0.00 = no spot price, not free
+        name = gpu_name(raw) if raw else ""
+        mem = per_gpu_memory_gb(raw, r.get("GpuInfo", ""), count, defaults.get(name, 0.0)) if raw else 0.0
+        yield Row(cloud, r["InstanceType"].strip(), (r.get("Region") or "").strip(),
+                  (r.get("AvailabilityZone") or "").strip(), name, int(count), mem,
+                  _float(r.get("vCPUs")) or 0.0, _float(r.get("MemoryGiB")) or 0.0, price, spot)
+
+
+def _gcp_rows(rows: list[dict[str, str]], defaults: dict[str, float], gpu_only: bool) -> Iterator[Row]:
+    hosts: dict[tuple[str, str], dict[str, str]] = {}
+    accels: list[dict[str, str]] = []
+    for r in rows:
+        if r.get("InstanceType"):
+            hosts[(r["InstanceType"], r["AvailabilityZone"])] = r
+        elif r.get("AcceleratorName") and not r["AcceleratorName"].startswith("tpu"):
+            accels.append(r)
+    if not gpu_only:
+        for (itype, _), r in hosts.items():
+            yield from _plain_rows("gcp", [r], defaults, gpu_only)
+    for a in accels:
+        raw, count = a["AcceleratorName"], int(float(a["AcceleratorCount"]))
+        host_type = _GCP_BUNDLED.get((raw, count))
+        if host_type is None and raw in _GCP_N1_ATTACHED:
+            host_type = f"n1-standard-{8 * count}"
+        host = hosts.get((host_type, a["AvailabilityZone"])) if host_type else None
+        if host is None:
+            continue  # no host VM in that zone: not an offer anyone can launch
+        price = (_float(host["Price"]) or 0.0) + (_float(a["Price"]) or 0.0)
+        hs, as_ = _float(host.get("SpotPrice")), _float(a.get("SpotPrice"))
+        spot = hs + as_ if hs is not None and as_ is not None else None
+        name = gpu_name(raw)
+        yield Row("gcp", host_type, a["Region"], a["AvailabilityZone"], name, count,
+                  per_gpu_memory_gb(raw, a.get("GpuInfo", ""), count, defaults.get(name, 0.0)),
+                  _float(host.get("vCPUs")) or 0.0, _float(host.get("MemoryGiB")) or 0.0, price, spot)
+
+
+def read_source(src: Path, *, gpu_only: bool = True) -> dict[str, list[Row]]:
+    """Every ``<src>/<cloud>/vms.csv`` -> normalised rows per cloud (sorted, so rebuilds diff cleanly)."""
+    defaults = _gpu_defaults()
+    out: dict[str, list[Row]] = {}
+    for path in sorted(Path(src).glob("*/vms.csv")):
+        cloud = path.parent.name
+        rows = _read(path)
+        it = _gcp_rows(rows, defaults, gpu_only) if cloud == "gcp" else _plain_rows(cloud, rows, defaults, gpu_only)
+        out[cloud] = sorted(set(it), key=lambda r: (r.gpu, r.gpu_count, r.instance_type, r.region, r.zone, r.price))
+    return out
+
+
+def write_catalog(rows: dict[str, list[Row]], dest: Path, *, source_readme: Path | None = None) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for cloud, cloud_rows in rows.items():
+        with (dest / f"{cloud}.csv").open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(COLUMNS)
+            w.writerows(r.as_csv() for r in cloud_rows)
+    lines = [
+        "# Provenance of configs/catalog/",
+        "",
+        "Built by `python -m launchpad.planner.build_catalog <src> configs/catalog` from a snapshot of public",
+        "catalogs in SkyPilot's `vms.csv` format (see the source README below). Normalised: GPU offers only,",
+        "canonical GPU names, memory per GPU from GpuInfo, GCP accelerators joined to their host VMs",
+        "(price = host + accelerators), Vast SpotPrice 0.00 -> empty (unknown), TPUs, fractional GPUs and",
+        "CPU-only rows dropped. Prices are USD per instance-hour, from snapshots of 2026-01..05: realistic, not live.",
+        "",
+        "| file | offers |",
+        "|---|---:|",
+        *[f"| {c}.csv | {len(r)} |" for c, r in rows.items()],
+        "",
+    ]
+    if source_readme and source_readme.is_file():
+        lines += ["## Source README (verbatim)", "", source_readme.read_text(encoding="utf-8")]
+    (dest / "PROVENANCE.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m launchpad.planner.build_catalog SRC_DIR DEST_DIR", file=sys.stderr)
+        return 2
+    src, dest = Path(argv[0]), Path(argv[1])
+    rows = read_source(src)
+    write_catalog(rows, dest, source_readme=src / "README.md")
+    print(", ".join(f"{c}: {len(r)}" for c, r in rows.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

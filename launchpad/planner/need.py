@@ -1,0 +1,106 @@
+"""Recipe -> `Need`: the GPU spec, the memory estimate and the amount of work, read without network I/O."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import RecipeError
+from .memory import GIB, estimate_memory, model_shape, setup_from_recipe
+from .settings import planner_settings
+from .types import Need
+
+
+def _dataset_bytes(recipe: Any, base_dir: Path | None) -> float | None:
+    """Total bytes of the recipe's datasets when every one is a local file/dir; None when any is remote."""
+    total = 0.0
+    for ds in recipe.datasets:
+        raw = ds.path[len("file://"):] if ds.path.startswith("file://") else ds.path
+        if "://" in raw:
+            return None
+        p = Path(raw).expanduser()
+        if not p.is_absolute() and base_dir is not None:
+            p = base_dir / p
+        if p.is_file():
+            total += p.stat().st_size
+        elif p.is_dir():
+            total += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        else:
+            return None  # a hub dataset id
+    return total
+
+
+def need_from_recipe(recipe: Any, *, only_providers: tuple[str, ...] | None = None) -> Need:
+    """What `recipe` (a `launchpad.recipe.Recipe`) needs. `only_providers` (CLI --provider) narrows the
+    recipe's own allow-list. Raises `RecipeError` for a GPU spec that does not parse."""
+    from ..gpuspec import parse_gpu_spec
+
+    res = recipe.resources
+    est = planner_settings()["estimate"]
+    src = getattr(recipe, "source_path", None)
+    base_dir = Path(src).parent if src else None
+    notes: list[str] = []
+    spec = None
+    if res.gpu:
+        try:
+            spec = parse_gpu_spec(res.gpu)
+        except ValueError as exc:
+            raise RecipeError(f"{src or 'recipe'}: resources.gpu: {exc}") from None
+
+    shape = model_shape(recipe.base_model, base_dir)
+    memory = None
+    setup = setup_from_recipe(recipe)
+    if shape is None:
+        notes.append(f"model shape of {recipe.base_model!r} unknown (no config.json, not in the bundled table): "
+                     "VRAM is not checked and the time estimate assumes 7B parameters")
+        params = 7_000_000_000
+    else:
+        memory = estimate_memory(shape, setup)
+        params = shape.params
+    min_world = (spec.count_min if spec else 1) * res.nodes
+    vram = memory.per_gpu_gb(min_world) if memory else None
+
+    # Work: max_steps fixes steps (tokens grow with the world size); epochs fix tokens.
+    tokens_per_step = recipe.sequence_len * recipe.micro_batch_size * recipe.gradient_accumulation_steps
+    ds_bytes = _dataset_bytes(recipe, base_dir)
+    if ds_bytes is None:
+        dataset_tokens = float(est["default_dataset_tokens"])
+        source = f"dataset size unknown at plan time: {dataset_tokens / 1e6:g}M tokens per epoch assumed"
+        ds_bytes_for_io = dataset_tokens * float(est["bytes_per_token"])
+    else:
+        dataset_tokens = ds_bytes / float(est["bytes_per_token"])
+        source = f"local dataset files, {ds_bytes / 1e6:.1f} MB ~ {dataset_tokens / 1e6:.2f}M tokens per epoch"
+        ds_bytes_for_io = ds_bytes
+    if recipe.max_steps:
+        source = f"max_steps {recipe.max_steps} x {tokens_per_step} tokens per step per GPU"
+    epochs = float(recipe.num_epochs or 1.0)
+
+    builtin = recipe.base_model.startswith("builtin:")
+    download = 0.0 if builtin else params * 2.0  # bf16 safetensors
+    if recipe.adapter == "full" or memory is None:
+        ckpt = params * 2.0
+    else:
+        ckpt = memory.trainable_params * 2.0
+
+    providers = tuple(res.providers)
+    if only_providers:  # the CLI's --provider replaces the recipe's allow-list for this plan
+        providers = tuple(only_providers)
+    autostop = recipe.autostop
+    needs_stop = autostop.action == "stop" and "action" in getattr(autostop, "model_fields_set", set())
+    return Need(
+        gpu=spec, gpu_text=str(spec) if spec else None, nodes=res.nodes, vram_gb=vram, cuda_min=res.cuda,
+        nvme=res.disk == "nvme", regions=tuple(res.regions), spot=res.spot, max_price=res.max_price,
+        providers=providers, needs_stop=needs_stop, adapter=recipe.adapter, model=recipe.base_model,
+        params=params, shape=shape, memory=memory, max_steps=recipe.max_steps,
+        tokens_per_step_per_gpu=tokens_per_step, dataset_tokens=dataset_tokens, epochs=epochs,
+        tokens_source=source, dataset_bytes=ds_bytes_for_io, download_bytes=download, checkpoint_bytes=ckpt,
+        gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora", notes=tuple(notes),
+    )
+
+
+def fmt_gb(x: float) -> str:
+    return f"{x:.1f} GB" if x < 100 else f"{math.ceil(x)} GB"
+
+
+__all__ = ["need_from_recipe", "GIB"]
