@@ -66,7 +66,7 @@ def _local_path(value: str, base_dir: Path | None) -> str:
     p = Path(value).expanduser()
     if not p.is_absolute() and base_dir is not None:
         p = base_dir / p
-    return str(p.resolve()) if p.is_absolute() else value
+    return os.path.abspath(p) if p.is_absolute() else value  # normalised; symlinks kept as the user named them
 
 
 def _no_control_chars(value: str) -> str:
@@ -378,13 +378,16 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     the recipe's folder like the file's own."""
     shown = os.fspath(path)
     try:
-        data = read_yaml_mapping(path)
+        data = read_yaml_mapping(Path(shown).expanduser())
     except YamlError as e:
         raise RecipeError([f"{shown}: {p}" for p in e.problems]) from None
     data, problems, overridden = apply_overrides(data, overrides or {})
     if problems:
         raise RecipeError([f"{shown}: {p}" for p in problems])
-    base_dir = Path(path).expanduser().resolve().parent
+    # The folder the user named, symlinks not followed: like docker compose, a linked recipe reads
+    # its data next to the link.
+    absolute = Path(os.path.abspath(Path(shown).expanduser()))
+    base_dir = absolute.parent
     try:
         recipe = Recipe.model_validate(data, context={"base_dir": base_dir, "check_paths": True})
     except ValidationError as e:
@@ -392,7 +395,7 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         if data.get("num_epochs") is None and data.get("max_steps") is None and _STEPS_PROBLEM not in lines:
             lines.append(_STEPS_PROBLEM)  # the model-level check only runs once every field is valid
         raise RecipeError([f"{shown}: {line}" for line in lines]) from None
-    recipe._source_path = str(Path(path).expanduser().resolve())
+    recipe._source_path = str(absolute)
     recipe._source_shown = shown
     return recipe
 

@@ -82,9 +82,14 @@ MALFORMED = [
     ("latin-1", "name: caf\xe9\n".encode("latin-1"), "line 1", "not UTF-8"),
     ("control-char", "name: x\x07\n", "line 1", "control character"),
     ("too-large", "# " + "x" * (1 << 20) + "\n", "", "too large"),
+    ("just-under-the-cap", "env:\n" + "".join(f"  V{i}: {'v' * 240}\n" for i in range(1000)), "", "is required"),
+    ("too-many-values", "a: [" + ",".join(["1"] * 100_001) + "]\n", "line 1", "far more than a recipe needs"),
+    ("many-values-via-aliases", "a: &a [" + ",".join(["1"] * 2000) + "]\nb: [*a, *a, *a, *a, *a, *a]\n", "b",
+     "alias bomb"),
     ("alias-bomb", BOMB, "", "alias bomb"),
     ("recursive-alias", "a: &a [*a]\n", "a[0]", "refers to itself"),
-    ("deep-nesting", "a: " + "[" * 20000 + "]" * 20000 + "\n", "", "nested more than"),
+    ("deep-nesting", "a: " + "[" * 20000 + "]" * 20000 + "\n", "line 1", "nested more than 64"),
+    ("deep-block-nesting", "".join(" " * i + f"k{i}:\n" for i in range(100)), "line 64", "nested more than 64"),
     ("two-documents", GOOD + "---\n" + GOOD, "line 6", "single document"),
     ("python-tag", "name: !!python/object/apply:os.system ['id']\n", "line 1", "constructor"),
     ("duplicate-key", GOOD + "max_steps: 20\n", "max_steps", "duplicate key on line 6 (first set on line 5"),
@@ -266,6 +271,14 @@ def test_model_validate_alone_does_not_touch_the_file_system():
     recipe = Recipe.model_validate({"name": "x", "base_model": "/nowhere/model", "max_steps": 1,
                                     "datasets": [{"path": "/nowhere/d.jsonl"}], "deepspeed": "/nowhere/ds.json"})
     assert recipe.base_model == "/nowhere/model" and recipe.source_path is None
+
+
+def test_dump_and_validate_round_trip(project):
+    """What lifecycle stores in job.json validates again, unchanged, with no file system checks."""
+    (project / "recipes" / "ds.json").write_text("{}")
+    recipe = load_recipe(write(project, GOOD + "deepspeed: ds.json\ncheckpoint: {uri: ck}\nresources: {gpu: 'h100:8'}\n"))
+    again = Recipe.model_validate(json.loads(json.dumps(recipe.model_dump(mode="json"))))
+    assert again.model_dump() == recipe.model_dump() and recipe_hash(again) == recipe_hash(recipe)
 
 
 def test_source_is_not_a_recipe_key(project):
