@@ -336,7 +336,8 @@ class Recipe(_Strict):
         "Module names to adapt, e.g. ['q_proj', 'v_proj']; leave out for the model's attention projections."))
     lora_modules_to_save: list[str] | None = Field(None, description=(
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
-    deepspeed: str | None = Field(None, description="Path to a DeepSpeed JSON config (relative to the recipe's folder).")
+    deepspeed: str | None = Field(None, description=(
+        "Path to a DeepSpeed JSON config (relative to the recipe's folder)."))
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Random seed for data order and initialisation.")
     logging_steps: int = Field(1, ge=1, le=10**9, description="Log loss every this many optimizer steps.")
 

@@ -66,7 +66,8 @@ def read_text(path: str | os.PathLike, *, max_bytes: int = MAX_BYTES) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise YamlError([f"line {line}: not UTF-8 text (byte {e.start}; is it a binary file? save it as UTF-8)"]) from None
+        problem = f"line {line}: not UTF-8 text (byte {e.start}; is it a binary file? save it as UTF-8)"
+        raise YamlError([problem]) from None
 
 
 def _syntax_problem(e: yaml.YAMLError, text: str) -> str:
@@ -104,7 +105,7 @@ class _Loader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.composed > MAX_VALUES:
-                raise YamlError([f"line {self._line()}: more than {MAX_VALUES} values; that is far more than a recipe needs"])
+                raise YamlError([f"line {self._line()}: more than {MAX_VALUES} values; far more than a recipe needs"])
             if self.depth > MAX_DEPTH:
                 raise YamlError([f"line {self._line()}: nested more than {MAX_DEPTH} levels deep"])
             return super().compose_node(parent, index)
@@ -145,7 +146,8 @@ def _measure(node: Node, path: str, depth: int, w: _Walk) -> int:
                 child = _join(path, k.value)
                 line = k.start_mark.line + 1
                 if ident in first_line:
-                    dups.append(f"{child}: duplicate key on line {line} (first set on line {first_line[ident]}; keep one)")
+                    first = first_line[ident]
+                    dups.append(f"{child}: duplicate key on line {line} (first set on line {first}; keep one)")
                 else:
                     first_line[ident] = line
             total += _measure(k, child, depth + 1, w)
