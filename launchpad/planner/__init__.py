@@ -58,21 +58,24 @@ def offer_json(offer: Offer, configured: bool) -> dict[str, Any]:
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The `--json` form: `offers` best first (offer fields + score, est_hours, est_cost, configured, scores)
-    and `rejected` (offer fields + reason + code)."""
-    offers = []
-    for r in plan.ranked:
-        d = offer_json(r.offer, True)
+    """The `--json` form: `offers` best first (offer fields + score, est_hours, est_cost, configured, scores),
+    `unconfigured` (the same for offers of providers not configured that would fit) and `rejected`
+    (offer fields + reason + code)."""
+    def ranked_json(r: RankedOffer, configured: bool) -> dict[str, Any]:
+        d = offer_json(r.offer, configured)
         d.update(score=round(r.score, 4), est_hours=round(r.est_hours, 4), est_cost=round(r.est_cost, 4),
                  scores={k: round(v, 4) for k, v in r.scores.items()})
-        offers.append(d)
+        return d
+
+    offers = [ranked_json(r, True) for r in plan.ranked]
     rejected = []
     for rej in plan.rejected:
         d = offer_json(rej.offer, rej.configured)
         d.update(reason=rej.reason, code=rej.code)
         rejected.append(d)
     return {"need": plan.need.summary(), "minimize": plan.minimize, "configured": sorted(plan.configured),
-            "notes": list(plan.notes), "offers": offers, "rejected": rejected}
+            "notes": list(plan.notes), "offers": offers,
+            "unconfigured": [ranked_json(r, False) for r in plan.unconfigured], "rejected": rejected}
 
 
 def rejection_summary(plan: Plan, limit: int | None = None) -> list[tuple[str, int]]:

@@ -177,6 +177,7 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     `providers`: configured, usable provider objects by name (their `check()` passed); their offers come
     from `provider.offers()` (facts from providers.yaml fill unknown NVMe/CUDA/interconnect). A provider
     whose `offers()` raises `ProviderError` is treated as unavailable with that error as the reason.
+    `only_providers` (the CLI's --provider) leaves every other provider out entirely (no rejections).
     `unavailable`: provider name -> why it is not usable. With `include_catalog`, catalog offers of
     providers *not* in `providers` are evaluated too and, when they pass every hard constraint, rejected as
     "<name>: not configured (<reason>)" so users see what they could get. `catalog` replaces the bundled
@@ -186,13 +187,16 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     if minimize not in MINIMIZE:
         raise BadInput(f"--minimize must be one of {', '.join(MINIMIZE)} (got {minimize!r})")
     unavailable = dict(unavailable or {})
-    need = need or need_from_recipe(recipe, only_providers=tuple(only_providers) if only_providers else None)
+    need = need or need_from_recipe(recipe)
+    only = set(only_providers or ())
     notes = list(need.notes)
 
     sources: list[tuple[str, Iterable[Offer], bool]] = []
     configured: set[str] = set()
     capabilities: dict[str, Mapping[Capability, str]] = {}
     for name, prov in providers.items():
+        if only and name not in only:
+            continue
         try:
             offers = [with_facts(o) for o in prov.offers()]
         except ProviderError as exc:
@@ -205,12 +209,13 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     if include_catalog:
         cat = catalog if catalog is not None else load_catalog()
         for name, offers in cat.items():
-            if name not in configured:
+            if name not in configured and (not only or name in only):
                 sources.append((name, offers, False))
 
     hook = _score_hook()
     ev = _Evaluator(need, capabilities, configured, unavailable, hook)
     ranked: list[RankedOffer] = []
+    elsewhere: list[RankedOffer] = []
     rejected: list[Rejection] = []
     max_price, nodes = need.max_price, need.nodes
     for name, offers, is_conf in sources:
@@ -239,19 +244,22 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
                 rejected.append(Rejection(o, f"${price * nodes:.2f}/h is over max_price ${max_price:g}/h",
                                           "price", is_conf))
                 continue
-            if not_conf is not None:
-                rejected.append(Rejection(o, not_conf, "not_configured", False))
-                continue
             p: Profile = res  # type: ignore[assignment]
             cost = p.hours * price * nodes + p.egress_usd
-            ranked.append(RankedOffer(o, p.score, p.scores, p.hours, cost,
-                                      {"boot_s": p.boot_s, "prewarm_s": p.prewarm_s, "train_s": p.train_s,
-                                       "egress_usd": p.egress_usd}))
-    ranked.sort(key=_sort_key(minimize))
+            ro = RankedOffer(o, p.score, p.scores, p.hours, cost, p.breakdown)
+            if not_conf is not None:
+                rejected.append(Rejection(o, not_conf, "not_configured", False))
+                elsewhere.append(ro)
+            else:
+                ranked.append(ro)
+    key = _sort_key(minimize)
+    ranked.sort(key=key)
+    elsewhere.sort(key=key)
     if top is not None:
         ranked = ranked[: max(0, top)]
+        elsewhere = elsewhere[: max(0, top)]
     return Plan(need=need, ranked=tuple(ranked), rejected=tuple(rejected), minimize=minimize,
-                configured=frozenset(configured), notes=tuple(notes))
+                configured=frozenset(configured), notes=tuple(notes), unconfigured=tuple(elsewhere))
 
 
 def _bucket(x: float, pct: float) -> int:

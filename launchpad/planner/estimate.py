@@ -45,6 +45,7 @@ class Profile:
     egress_usd: float
     flash_attention: bool
     tflops: float
+    breakdown: Mapping[str, float] = None  # type: ignore[assignment]
 
 
 def flash_attention_ok(offer: Offer) -> bool:
@@ -140,5 +141,8 @@ def profile(offer: Offer, need: Need, facts: Facts, weights: Mapping[str, float]
         total += float(weight) * float(value)
         total_w += float(weight)
     score = total / total_w if total_w else 0.0
+    breakdown = {"boot_s": boot_s, "prewarm_s": prewarm_s, "train_s": train_s, "egress_usd": egress,
+                 "tflops_per_gpu": tflops, "mfu": mfu, "flash_attention": float(fa2), "world_size": float(world),
+                 "tokens": need.tokens(world)}
     return Profile(scores=scores, score=score, hours=hours, boot_s=boot_s, prewarm_s=prewarm_s, train_s=train_s,
-                   egress_usd=egress, flash_attention=fa2, tflops=tflops)
+                   egress_usd=egress, flash_attention=fa2, tflops=tflops, breakdown=breakdown)

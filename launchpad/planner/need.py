@@ -31,9 +31,9 @@ def _dataset_bytes(recipe: Any, base_dir: Path | None) -> float | None:
     return total
 
 
-def need_from_recipe(recipe: Any, *, only_providers: tuple[str, ...] | None = None) -> Need:
-    """What `recipe` (a `launchpad.recipe.Recipe`) needs. `only_providers` (CLI --provider) narrows the
-    recipe's own allow-list. Raises `RecipeError` for a GPU spec that does not parse."""
+def need_from_recipe(recipe: Any) -> Need:
+    """What `recipe` (a `launchpad.recipe.Recipe`) needs. Raises `RecipeError` for a GPU spec that
+    does not parse."""
     from ..gpuspec import parse_gpu_spec
 
     res = recipe.resources
@@ -84,8 +84,6 @@ def need_from_recipe(recipe: Any, *, only_providers: tuple[str, ...] | None = No
         ckpt = memory.trainable_params * 2.0
 
     providers = tuple(res.providers)
-    if only_providers:  # the CLI's --provider replaces the recipe's allow-list for this plan
-        providers = tuple(only_providers)
     autostop = recipe.autostop
     needs_stop = autostop.action == "stop" and "action" in getattr(autostop, "model_fields_set", set())
     return Need(

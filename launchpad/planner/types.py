@@ -102,6 +102,9 @@ class Plan:
     minimize: str = "cost"
     configured: frozenset[str] = frozenset()  # providers whose offers could be launched now
     notes: tuple[str, ...] = ()
+    # Offers of providers that are not configured but pass every hard constraint, ranked like `ranked`
+    # (each is also in `rejected` with reason "<name>: not configured (...)"): what the user could get.
+    unconfigured: tuple[RankedOffer, ...] = ()
 
     @property
     def best(self) -> RankedOffer | None:

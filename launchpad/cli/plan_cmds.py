@@ -1,0 +1,236 @@
+"""`launchpad plan RECIPE` and `launchpad offers --gpu SPEC`: thin renderers over launchpad.planner.
+
+Module import stays light (click only): the planner, rich and pydantic load inside the commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import console, emit_json, json_option
+
+_DIM_LABELS = {
+    "hardware_availability": "hardware availability",
+    "software_stack": "software stack",
+    "storage_io": "storage I/O",
+    "distributed": "distributed training",
+    "cost_transparency": "cost transparency",
+    "ops_friendliness": "ops friendliness",
+    "compliance_region": "compliance / region",
+}
+
+
+def _hours(h: float) -> str:
+    s = h * 3600
+    if s < 90:
+        return f"{s:.0f}s"
+    if h < 1.5:
+        return f"{s / 60:.0f}m"
+    if h < 48:
+        return f"{h:.1f}h"
+    return f"{h / 24:.1f}d"
+
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}" if x >= 0.01 or x == 0 else f"${x:.4f}"
+
+
+def _gpu(o: Any) -> str:
+    if not o.gpu:
+        return f"cpu ({o.vcpus:g} vCPU)" if o.vcpus else "cpu"
+    return f"{o.gpu_count}x {o.gpu} {o.gpu_memory_gb:g}GB"
+
+
+def _where(o: Any) -> str:
+    return o.zone or o.region
+
+
+def _offers_table(title: str, rows: list, *, configured_col: bool = False):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col, just in (("#", "right"), ("provider", "left"), ("instance type", "left"), ("GPU", "left"),
+                      ("region", "left"), ("$/h", "right"), ("est. time", "right"), ("est. cost", "right"),
+                      ("score", "right")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for i, r in enumerate(rows, 1):
+        o = r.offer
+        t.add_row(str(i), o.provider, o.instance_type + (" [yellow](spot)[/]" if o.spot else ""), _gpu(o),
+                  _where(o), _money(o.price), _hours(r.est_hours), _money(r.est_cost), f"{r.score:.2f}")
+    return t
+
+
+def _need_line(need: Any) -> str:
+    parts = []
+    if need.vram_gb is not None:
+        parts.append(f"[bold]{need.vram_gb:.1f} GB[/] VRAM per GPU")
+    parts.append(f"{need.adapter} on {need.model}" + (f" ({need.params / 1e9:.2f}B params)" if need.params else ""))
+    parts.append(f"GPU {need.gpu_text}" if need.gpu_text else "any GPU or CPU")
+    if need.nodes > 1:
+        parts.append(f"{need.nodes} nodes")
+    if need.spot:
+        parts.append(f"spot: {need.spot}")
+    if need.regions:
+        parts.append("regions " + ",".join(need.regions))
+    if need.max_price:
+        parts.append(f"max ${need.max_price:g}/h")
+    return "Need: " + "; ".join(parts)
+
+
+def _explain(plan: Any, con: Any) -> None:
+    from rich.table import Table
+
+    from ..planner import rejection_summary
+    from ..planner.settings import planner_settings
+
+    need = plan.need
+    pool = plan.ranked or plan.unconfigured
+    if pool:
+        win = pool[0]
+        others = list(pool[1:])
+        runner = others[0] if others else None
+        cheapest = min(pool, key=lambda r: (r.offer.price, -r.score))
+        title = "why it won" if plan.ranked else "why it would win (provider not configured)"
+        t = Table(title=f"{title}: {win.offer.label}", title_justify="left")
+        t.add_column("dimension")
+        t.add_column("weight", justify="right")
+        t.add_column("winner", justify="right")
+        if runner:
+            t.add_column(f"#2 {runner.offer.provider}/{runner.offer.instance_type}", justify="right")
+        if cheapest is not win and cheapest is not runner:
+            t.add_column(f"lowest $/h {cheapest.offer.provider}/{cheapest.offer.instance_type}", justify="right")
+        weights = planner_settings()["weights"]
+
+        def cells(key: str, fmt) -> list[str]:
+            vals = [fmt(win, key)]
+            if runner:
+                vals.append(fmt(runner, key))
+            if cheapest is not win and cheapest is not runner:
+                vals.append(fmt(cheapest, key))
+            return vals
+
+        for dim, label in _DIM_LABELS.items():
+            t.add_row(label, f"{weights.get(dim, 0):.0%}", *cells(dim, lambda r, k: f"{r.scores.get(k, 0):.2f}"))
+        for extra in sorted(set(win.scores) - set(_DIM_LABELS)):
+            t.add_row(extra + " (plugin)", "", *cells(extra, lambda r, k: f"{r.scores.get(k, 0):.2f}"))
+        t.add_row("[bold]score[/]", "100%", *cells("", lambda r, k: f"[bold]{r.score:.2f}[/]"))
+        t.add_row("$/h", "", *cells("", lambda r, k: _money(r.offer.price)))
+        t.add_row("boot + pre-warm", "", *cells("", lambda r, k: _hours(
+            (r.breakdown.get("boot_s", 0) + r.breakdown.get("prewarm_s", 0)) / 3600)))
+        t.add_row("training", "", *cells("", lambda r, k: _hours(r.breakdown.get("train_s", 0) / 3600)))
+        t.add_row("egress", "", *cells("", lambda r, k: _money(r.breakdown.get("egress_usd", 0))))
+        t.add_row("[bold]est. time[/]", "", *cells("", lambda r, k: _hours(r.est_hours)))
+        t.add_row("[bold]est. cost[/]", "", *cells("", lambda r, k: _money(r.est_cost)))
+        con.print(t)
+        b = win.breakdown
+        con.print(f"Ranked by {plan.minimize}"
+                  + (" (offers within a few % of each other ordered by score)" if plan.minimize != "score" else "")
+                  + f". Work: {b.get('tokens', 0) / 1e6:.1f}M tokens ({need.tokens_source}); "
+                  f"{b.get('tflops_per_gpu', 0):g} peak TFLOPs per GPU at {b.get('mfu', 0):.0%} MFU"
+                  + ("" if b.get("flash_attention") else ", no FlashAttention-2") + ".")
+    if need.memory is not None:
+        m = need.memory
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts.items() if v >= 0.05)
+        con.print(f"VRAM estimate ({need.adapter}, optimizer {m.optimizer}"
+                  f"{', ZeRO-' + str(m.setup.zero_stage) if m.setup.zero_stage else ''}): {parts} GB "
+                  f"+{m.overhead:.0%} allocator + {m.context_gb:g} GB CUDA context = {need.vram_gb:.1f} GB per GPU")
+    summary = rejection_summary(plan, 12)
+    if summary:
+        t = Table(title=f"most common rejection reasons ({len(plan.rejected)} offers rejected)", title_justify="left")
+        t.add_column("offers", justify="right")
+        t.add_column("reason")
+        for reason, count in summary:
+            t.add_row(str(count), reason)
+        con.print(t)
+
+
+@click.command("plan")
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--explain", is_flag=True, help="Show why the winner won and the most common rejection reasons.")
+@json_option
+@click.option("--minimize", type=click.Choice(["cost", "time", "score"]), default="cost", show_default=True,
+              help="Rank by estimated end-to-end cost, time, or the seven-dimension score.")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="Offers to show (default: 10 in tables, all in --json).")
+@click.option("--provider", "provider", metavar="NAME", default=None, help="Consider only this provider.")
+def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | None, provider: str | None) -> None:
+    """Rank the offers that can run RECIPE: VRAM need, est. time and cost, and why others were rejected."""
+    from ..planner import plan as make_plan
+    from ..planner import plan_to_json, rejection_summary
+    from ..recipe import load_recipe
+    from ._common import configured_providers
+
+    r = load_recipe(recipe)
+    usable, unavailable = configured_providers()
+    p = make_plan(r, usable, unavailable, minimize=minimize, only_providers=(provider,) if provider else None)
+    if as_json:
+        data = plan_to_json(p)
+        if top is not None:
+            data["offers"] = data["offers"][:top]
+            data["unconfigured"] = data["unconfigured"][:top]
+        data["recipe"] = recipe
+        emit_json(data)
+        return
+    top = top or 10
+    con = console()
+    con.print(_need_line(p.need))
+    for note in p.notes:
+        con.print(f"[yellow]note:[/] {note}")
+    if p.ranked:
+        con.print(_offers_table(f"offers for {r.name} ({len(p.ranked)} feasible, best first by {minimize})",
+                                list(p.ranked[:top])))
+    else:
+        con.print("[red]No configured provider can run this recipe.[/] " + (
+            "Configure one of the providers below (`launchpad check` shows why each is unavailable)."
+            if p.unconfigured else "Loosen resources (gpu, regions, max_price, spot) or use a smaller adapter."))
+    if p.unconfigured:
+        best_conf = p.ranked[0].est_cost if p.ranked else None
+        rows = [u for u in p.unconfigured if best_conf is None or u.est_cost < best_conf][: min(top, 5)]
+        if rows:
+            con.print(_offers_table("also possible with a provider you have not configured", rows))
+            for name in sorted({u.offer.provider for u in rows}):
+                why = unavailable.get(name) or f"no launchpad-{name} plugin installed"
+                con.print(f"  [dim]{name}: not configured ({why})[/]")
+    if explain:
+        _explain(p, con)
+    elif p.rejected:
+        top_reasons = ", ".join(f"{reason} ({n})" for reason, n in rejection_summary(p, 3))
+        con.print(f"[dim]{len(p.rejected)} offers rejected; most common: {top_reasons}. --explain for more.[/]")
+
+
+@click.command("offers")
+@click.option("--gpu", "gpu", metavar="SPEC", default=None, help="GPU spec in dstack's style: A100:1, H100:80GB:8, 24GB..")
+@click.option("--spot", is_flag=True, help="Spot/preemptible offers (those with a known spot price).")
+@click.option("--region", "regions", metavar="GLOB", multiple=True, help="Region or zone glob; repeatable.")
+@click.option("--provider", "provider", metavar="NAME", default=None, help="Only this provider.")
+@click.option("--max-price", type=click.FloatRange(min=0, min_open=True), default=None, help="USD per hour cap.")
+@click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True, help="Rows to show (not --json).")
+@json_option
+def offers(gpu: str | None, spot: bool, regions: tuple[str, ...], provider: str | None, max_price: float | None,
+           limit: int, as_json: bool) -> None:
+    """What the market has, cheapest first, configured provider or not (like `dstack offer`)."""
+    from ..planner import offer_json
+    from ..planner.market import market
+    from ._common import configured_providers
+
+    usable, _ = configured_providers()
+    rows = market(gpu, spot=spot, regions=regions, providers=usable, only_providers=(provider,) if provider else (),
+                  max_price=max_price)
+    if as_json:
+        emit_json({"gpu": gpu, "spot": spot, "regions": list(regions), "offers": [offer_json(m.offer, m.configured)
+                                                                                for m in rows]})
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} offers" + (f" for {gpu}" if gpu else "") + (" (spot)" if spot else "")
+              + (f", showing the cheapest {limit}" if len(rows) > limit else ""), title_justify="left")
+    for col, just in (("provider", "left"), ("instance type", "left"), ("GPU", "left"), ("region", "left"),
+                      ("$/h", "right"), ("spot $/h", "right"), ("configured", "left")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for m in rows[:limit]:
+        o = m.offer
+        sp = o.spot_price_per_hour
+        t.add_row(o.provider, o.instance_type, _gpu(o), _where(o), _money(o.price_per_hour),
+                  "-" if sp is None else _money(sp), "[green]yes[/]" if m.configured else "[dim]no[/]")
+    console().print(t)
