@@ -145,7 +145,9 @@ def _check_dataset_path(value: str, info: ValidationInfo) -> str:
     return _existing(path, check, what="dataset file")
 
 
-def _check_deepspeed(value: str, info: ValidationInfo) -> str:
+def _check_deepspeed(value: str | None, info: ValidationInfo) -> str | None:
+    if value is None:  # explicit null, e.g. a dumped recipe
+        return None
     value = _no_control_chars(value)
     base_dir, check = _context(info)
     if _store_uri(value, ("file",)):
@@ -167,7 +169,9 @@ def _check_deepspeed(value: str, info: ValidationInfo) -> str:
     return path
 
 
-def _check_checkpoint_uri(value: str, info: ValidationInfo) -> str:
+def _check_checkpoint_uri(value: str | None, info: ValidationInfo) -> str | None:
+    if value is None:  # explicit null, e.g. a dumped recipe
+        return None
     value = _no_control_chars(value)
     base_dir, _ = _context(info)
     uri = _store_uri(value)
