@@ -12,7 +12,6 @@ Written by the lifecycle code on the client, read on the instance. Only this mod
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -36,8 +35,10 @@ class JobSpec:
 
     @property
     def recipe_hash(self) -> str:
-        """Stable over key order: identifies the recipe a checkpoint was trained with."""
-        return hashlib.sha256(json.dumps(self.recipe_json, sort_keys=True).encode()).hexdigest()[:16]
+        """Identifies the recipe a checkpoint was trained with (recorded in each manifest)."""
+        from ..recipe import recipe_hash
+
+        return recipe_hash(self.recipe)
 
     @property
     def total_steps_override(self) -> int | None:

@@ -14,6 +14,7 @@ Adapters: `lora` (PEFT) and `full` here; `qlora`, DeepSpeed and multi-node hang 
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -26,7 +27,7 @@ from ..errors import BadInput, StorageError
 from ..storage import open_store
 from ..storage.checkpoints import download_checkpoint, latest_checkpoint
 from .spec import JobSpec
-from .status import StatusWriter
+from .status import MAX_LOSSES, StatusWriter
 
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -163,6 +164,14 @@ def training_args(spec: JobSpec, prec: dict[str, bool]):
 
 def run(spec: JobSpec, status: StatusWriter) -> None:
     """Train the job to its last step. Raises LaunchpadError (or anything else) on failure."""
+    t0 = time.monotonic()
+    recipe = spec.recipe
+    # The store first, before seconds of imports: an unwritable store is the cheapest failure to find.
+    spec.workdir.mkdir(parents=True, exist_ok=True)
+    store = open_store(spec.checkpoint_uri)
+    check_store_writable(store, spec.job_id)
+
+    import datasets
     import transformers
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTTrainer
@@ -171,17 +180,10 @@ def run(spec: JobSpec, status: StatusWriter) -> None:
     from .data import build_dataset
     from .upload import CheckpointUploader
 
-    import datasets
-
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()  # one bar per map() call would flood train.log
     # TRL/PEFT read a renamed transformers attribute: a warning per run that users cannot act on.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    recipe = spec.recipe
-    t0 = time.monotonic()
-    spec.workdir.mkdir(parents=True, exist_ok=True)
-    store = open_store(spec.checkpoint_uri)
-    check_store_writable(store, spec.job_id)
     transformers.set_seed(recipe.seed)
 
     log(f"job {spec.job_id}: base model {recipe.base_model}, adapter {recipe.adapter}")
@@ -196,7 +198,15 @@ def run(spec: JobSpec, status: StatusWriter) -> None:
     if ref is not None:
         resume_dir = download_checkpoint(store, ref, spec.workdir / "resume" / ref.name)
         log(f"resuming {spec.job_id} from {ref.name}")
-        status.update(resumed_from={"step": ref.step, "uri": ref.uri}, last_checkpoint={"step": ref.step, "uri": ref.uri})
+        made_with = _manifest_recipe_hash(resume_dir)
+        if made_with and made_with != spec.recipe_hash:
+            log(f"warning: {ref.name} was saved by a different recipe (hash {made_with[:12]}, now {spec.recipe_hash[:12]})")
+        status.update(
+            resumed_from={"step": ref.step, "uri": ref.uri},
+            last_checkpoint={"step": ref.step, "uri": ref.uri},
+            step=ref.step,
+            **prior_losses(resume_dir),
+        )
     # Local checkpoint-N folders of an earlier attempt may be half-written: the store is the truth.
     shutil.rmtree(spec.output_dir, ignore_errors=True)
 
@@ -226,6 +236,26 @@ def run(spec: JobSpec, status: StatusWriter) -> None:
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")
+
+
+def prior_losses(checkpoint_dir: Path) -> dict[str, Any]:
+    """The loss history a checkpoint carries (trainer_state.json), so status.json keeps the whole curve
+    across a resume on another machine."""
+    try:
+        state = json.loads((checkpoint_dir / "trainer_state.json").read_text())
+        losses = [[int(e["step"]), float(e["loss"])] for e in state.get("log_history", []) if "loss" in e and "step" in e]
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+    return {"losses": losses[-MAX_LOSSES:], "loss": losses[-1][1]} if losses else {}
+
+
+def _manifest_recipe_hash(checkpoint_dir: Path) -> str | None:
+    from ..storage.checkpoints import MANIFEST
+
+    try:
+        return json.loads((checkpoint_dir / MANIFEST).read_text()).get("recipe_hash")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,0 +1,164 @@
+"""Dataset loading (chat, alpaca, completion), the job spec, and the builtin tiny model's tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launchpad.errors import BadInput
+from launchpad.recipe import Dataset
+
+pytest.importorskip("datasets")
+pytest.importorskip("tokenizers")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from launchpad.train.tiny import build_tokenizer
+
+    return build_tokenizer()
+
+
+def jsonl(path: Path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_chat_only_keeps_messages_for_trl(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 3
+    ds = build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", rows), type="chat")], tokenizer)
+    assert ds.column_names == ["messages"] and len(ds) == 3
+
+
+def test_alpaca_becomes_a_conversation_and_mixes_with_completion(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    alpaca = jsonl(tmp_path / "a.jsonl", [{"instruction": "Add", "input": "2 and 3", "output": "5"}])
+    text = tmp_path / "t.json"
+    text.write_text(json.dumps([{"text": "plain text"}]))
+    ds = build_dataset([Dataset(path=alpaca, type="alpaca"), Dataset(path=str(text), type="completion")], tokenizer)
+    assert ds.column_names == ["text"]
+    assert ds[0]["text"] == "<|user|>\nAdd\n\n2 and 3<|end|>\n<|assistant|>\n5<|end|>\n"
+    assert ds[1]["text"] == "plain text"
+
+
+def test_a_folder_of_jsonl_files(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    (tmp_path / "d").mkdir()
+    jsonl(tmp_path / "d" / "1.jsonl", [{"text": "a"}])
+    jsonl(tmp_path / "d" / "2.jsonl", [{"text": "b"}, {"text": "c"}])
+    ds = build_dataset([Dataset(path=str(tmp_path / "d"), type="completion")], tokenizer)
+    assert ds["text"] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    "kind,content,message",
+    [
+        ("chat", '{"messages": []}\n', "non-empty 'messages'"),
+        ("chat", '{"messages": [{"role": "user"}]}\n', "string 'role' and 'content'"),
+        ("alpaca", '{"instruction": "x"}\n', "'instruction' and 'output'"),
+        ("completion", '{"text": ""}\n', "non-empty string 'text'"),
+        ("completion", '{"text": "ok"}\n{not json\n', ":2: not valid JSON"),
+        ("completion", "[1, 2]\n", "expected a JSON object per line"),
+        ("completion", "\n\n", "no rows"),
+    ],
+)
+def test_bad_rows_name_the_file_and_row(tmp_path, tokenizer, kind, content, message):
+    from launchpad.train.data import build_dataset
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(BadInput, match=message.replace("(", r"\(").replace("[", r"\[")):
+        build_dataset([Dataset(path=str(path), type=kind)], tokenizer)
+
+
+def test_missing_local_file_is_not_sent_to_the_hub(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    with pytest.raises(BadInput, match="does not exist on this machine"):
+        build_dataset([Dataset(path=str(tmp_path / "gone.jsonl"), type="chat")], tokenizer)
+
+
+def test_smoke_dataset_is_small_and_well_formed(tokenizer):
+    from launchpad.train.data import build_dataset
+
+    path = REPO / "recipes" / "data" / "smoke-chat.jsonl"
+    assert path.stat().st_size < 200_000
+    ds = build_dataset([Dataset(path=str(path), type="chat")], tokenizer)
+    assert len(ds) >= 300
+
+
+def test_tokenizer_is_deterministic_and_knows_its_special_tokens(tokenizer):
+    from launchpad.train.tiny import CONFIG, build_tokenizer
+
+    again = build_tokenizer()
+    assert again.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
+    assert len(tokenizer) == CONFIG["vocab_size"]
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is 3 plus 4?"}], tokenize=False)
+    assert ids == "<|user|>\nWhat is 3 plus 4?<|end|>\n"
+    assert tokenizer.convert_tokens_to_ids("<|assistant|>") != tokenizer.unk_token_id
+    assert tokenizer.eos_token == "<|end|>" and tokenizer.pad_token == "<|pad|>"
+
+
+def _spec(tmp_path: Path, **over) -> Path:
+    from launchpad.recipe import load_recipe
+
+    recipe = load_recipe(REPO / "recipes" / "smoke-lora.yaml")
+    body = {
+        "job_id": "j-1",
+        "recipe": recipe.model_dump(mode="json"),
+        "checkpoint_uri": (tmp_path / "s").as_uri(),
+        "workdir": str(tmp_path / "w"),
+        "status_path": str(tmp_path / "w" / "status.json"),
+        "max_steps": None,
+        **over,
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_spec_loads_and_max_steps_override_wins(tmp_path):
+    from launchpad.train.spec import JobSpec
+
+    spec = JobSpec.load(_spec(tmp_path, max_steps=7))
+    assert spec.total_steps_override == 7 and spec.recipe.name == "smoke-lora"
+    assert spec.save_now_flag == tmp_path / "w" / "SAVE_NOW"
+    assert len(spec.recipe_hash) == 64
+    assert JobSpec.load(_spec(tmp_path)).total_steps_override == spec.recipe.max_steps
+
+
+@pytest.mark.parametrize(
+    "over,field",
+    [
+        ({"job_id": "a/../b"}, "job_id"),
+        ({"job_id": ""}, "job_id"),
+        ({"workdir": "relative"}, "workdir"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": True}, "max_steps"),
+        ({"recipe": None}, "recipe"),
+        ({"recipe": {"name": "x"}}, "recipe does not validate"),
+    ],
+)
+def test_bad_specs_name_the_field(tmp_path, over, field):
+    from launchpad.train.spec import JobSpec
+
+    with pytest.raises(BadInput, match=field):
+        JobSpec.load(_spec(tmp_path, **over))
+
+
+def test_qlora_says_when_it_lands(tmp_path):
+    pytest.importorskip("torch")
+    from launchpad.recipe import load_recipe
+    from launchpad.train.trainer import build_model
+
+    recipe = load_recipe(REPO / "recipes" / "smoke-lora.yaml", overrides={"adapter": "qlora"})
+    with pytest.raises(BadInput, match="qlora lands with issue 4"):
+        build_model(recipe, str(tmp_path), {"bf16": False, "fp16": False})
