@@ -224,10 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             for line in e.log_tail[-15:]:
                 err_console().print(f"  {line}", markup=False, style="dim", soft_wrap=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        err_console().print("interrupted")
-        sys.exit(130)
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
         err_console().print("interrupted: the job was stopped and can be resumed with `launchpad resume JOB`")
         sys.exit(130)
     except click.ClickException as e:
