@@ -42,7 +42,8 @@ class _Evaluator:
         self.weights = planner_settings()["weights"]
         self.cpu_max_params = float(planner_settings()["estimate"]["cpu_max_params"])
         self.hook = hook
-        self._shape: dict[tuple, tuple[str, str] | Profile] = {}
+        self._shape: dict[tuple, tuple[str, str] | None] = {}
+        self._variant: dict[tuple, tuple[str, str] | Profile] = {}
         self._region: dict[tuple[str, str | None], bool] = {}
         self._vram: dict[int, float | None] = {}
         self._provider: dict[str, tuple[str, str] | None] = {}
@@ -80,15 +81,34 @@ class _Evaluator:
             self._vram[world] = self.need.vram_for(world)
         return self._vram[world]
 
-    def shape(self, o: Offer) -> tuple[str, str] | Profile:
-        key = (o.provider, o.instance_type, o.gpu, o.gpu_count, o.gpu_memory_gb, o.spot, o.cuda, o.nvme_gb,
-               o.interconnect, o.vcpus if not o.gpu else 0, o.memory_gb if not o.gpu else 0)
-        hit = self._shape.get(key)
+    def shape(self, o: Offer) -> tuple[tuple, tuple[str, str] | None]:
+        """(cache key, rejection or None) for the offer's shape, spot or not."""
+        key = (o.provider, o.instance_type, o.gpu, o.gpu_count, o.gpu_memory_gb, o.cuda, o.nvme_gb,
+               o.interconnect, o.vcpus, o.memory_gb)
+        try:
+            return key, self._shape[key]
+        except KeyError:
+            res = self._shape[key] = self._check_shape(o)
+            return key, res
+
+    def variant(self, key: tuple, o: Offer) -> tuple[str, str] | Profile:
+        """Spot-dependent checks and the profile of a shape that passed `shape`, per market (spot or not)."""
+        vkey = (key, o.spot)
+        hit = self._variant.get(vkey)
         if hit is None:
-            hit = self._shape[key] = self._check_shape(o)
+            facts = facts_for(o.provider, o.instance_type)
+            why = self.unsupported(o.provider, Capability.SPOT, facts) if o.spot else None
+            if why:
+                hit = ("spot", why)
+            else:
+                extra = None
+                if self.hook is not None:
+                    extra = [t for r in self.hook(offer=o, need=self.need) or () for t in (r or ())]
+                hit = profile(o, self.need, facts, self.weights, extra)
+            self._variant[vkey] = hit
         return hit
 
-    def _check_shape(self, o: Offer) -> tuple[str, str] | Profile:
+    def _check_shape(self, o: Offer) -> tuple[str, str] | None:
         need = self.need
         facts = facts_for(o.provider, o.instance_type)
         spec = need.gpu
@@ -131,16 +151,10 @@ class _Evaluator:
                 return "nvme", (f"local NVMe not guaranteed (only ~{facts.nvme_share:.0%} of {o.provider} hosts "
                                 "have it)")
             return "nvme", f"no local NVMe on {o.instance_type}"
-        if o.spot:
-            if why := self.unsupported(o.provider, Capability.SPOT, facts):
-                return "spot", why
         if need.needs_stop:
             if why := self.unsupported(o.provider, Capability.STOP, facts):
                 return "stop", f"{why}; the recipe sets autostop.action: stop"
-        extra = None
-        if self.hook is not None:
-            extra = [t for r in self.hook(offer=o, need=need) or () for t in (r or ())]
-        return profile(o, need, facts, self.weights, extra)
+        return None
 
     # -- per offer ------------------------------------------------------------------------------------
     def region_ok(self, o: Offer) -> bool:
@@ -152,20 +166,6 @@ class _Evaluator:
             m = self._region_re.match
             ok = self._region[key] = bool(m(o.region) or (o.zone and m(o.zone)))
         return ok
-
-
-def _expand_spot(offers: Iterable[Offer], policy: bool | str) -> Iterable[tuple[Offer, str | None]]:
-    """(offer variant, rejection reason or None) per spot policy: False = on-demand, True = spot, auto = both."""
-    for o in offers:
-        if policy is False or policy == "false":
-            yield (replace(o, spot=False) if o.spot else o), None
-            continue
-        if o.spot_price_per_hour is not None:
-            yield replace(o, spot=True), None
-        elif policy is True:
-            yield o, "no spot price for this offer (resources.spot: true)"
-        if policy == "auto":
-            yield (replace(o, spot=False) if o.spot else o), None
 
 
 def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, str] | None = None, *,
@@ -217,41 +217,57 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     ranked: list[RankedOffer] = []
     elsewhere: list[RankedOffer] = []
     rejected: list[Rejection] = []
-    max_price, nodes = need.max_price, need.nodes
+    max_price, nodes, policy = need.max_price, need.nodes, need.spot
+    want_on_demand = policy is False or policy == "auto"
+    want_spot = policy is True or policy == "auto"
+    shape, variant, region_ok = ev.shape, ev.variant, ev.region_ok
+    check_region = bool(need.regions)
+    add = rejected.append
     for name, offers, is_conf in sources:
         prov_reason = ev.provider_check(name)
         not_conf = None
         if not is_conf:
             why = unavailable.get(name) or f"no launchpad-{name} plugin installed"
             not_conf = f"{name}: not configured ({why})"
-        for o, spot_reason in _expand_spot(offers, need.spot):
+        for o in offers:
             if prov_reason is not None:
-                rejected.append(Rejection(o, prov_reason[1], prov_reason[0], is_conf))
+                add(Rejection(o, prov_reason[1], prov_reason[0], is_conf))
                 continue
-            if spot_reason is not None:
-                rejected.append(Rejection(o, spot_reason, "spot", is_conf))
+            key, bad = shape(o)
+            if bad is not None:
+                add(Rejection(o, bad[1], bad[0], is_conf))
                 continue
-            res = ev.shape(o)
-            if type(res) is tuple:
-                rejected.append(Rejection(o, res[1], res[0], is_conf))
+            if check_region and not region_ok(o):
+                add(Rejection(o, f"region {o.zone or o.region} does not match {', '.join(need.regions)}",
+                              "region", is_conf))
                 continue
-            if not ev.region_ok(o):
-                rejected.append(Rejection(o, f"region {o.zone or o.region} does not match {', '.join(need.regions)}",
-                                          "region", is_conf))
-                continue
-            price = o.price
-            if max_price is not None and price * nodes > max_price:
-                rejected.append(Rejection(o, f"${price * nodes:.2f}/h is over max_price ${max_price:g}/h",
-                                          "price", is_conf))
-                continue
-            p: Profile = res  # type: ignore[assignment]
-            cost = p.hours * price * nodes + p.egress_usd
-            ro = RankedOffer(o, p.score, p.scores, p.hours, cost, p.breakdown)
-            if not_conf is not None:
-                rejected.append(Rejection(o, not_conf, "not_configured", False))
-                elsewhere.append(ro)
-            else:
-                ranked.append(ro)
+            # Markets: on-demand and/or spot per resources.spot; a variant is made only for offers that
+            # got this far (dataclasses.replace is the slowest thing in this loop).
+            variants = []
+            if want_on_demand:
+                variants.append(replace(o, spot=False) if o.spot else o)
+            if want_spot:
+                if o.spot_price_per_hour is not None:
+                    variants.append(o if o.spot else replace(o, spot=True))
+                elif policy is True:
+                    add(Rejection(o, "no spot price for this offer (resources.spot: true)", "spot", is_conf))
+                    continue
+            for v in variants:
+                res = variant(key, v)
+                if type(res) is tuple:
+                    add(Rejection(v, res[1], res[0], is_conf))
+                    continue
+                price = v.price
+                if max_price is not None and price * nodes > max_price:
+                    add(Rejection(v, f"${price * nodes:.2f}/h is over max_price ${max_price:g}/h", "price", is_conf))
+                    continue
+                p: Profile = res  # type: ignore[assignment]
+                ro = RankedOffer(v, p.score, p.scores, p.hours, p.hours * price * nodes + p.egress_usd, p.breakdown)
+                if not_conf is not None:
+                    add(Rejection(v, not_conf, "not_configured", False))
+                    elsewhere.append(ro)
+                else:
+                    ranked.append(ro)
     key = _sort_key(minimize)
     ranked.sort(key=key)
     elsewhere.sort(key=key)

@@ -84,7 +84,7 @@ class RankedOffer:
     breakdown: Mapping[str, float] = field(default_factory=dict)  # boot_s, prewarm_s, train_s, egress_usd
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: the planner makes one per rejected offer (~100k)
 class Rejection:
     """An offer that cannot run the recipe. `code` groups reasons (vram, gpu, region, not_configured...)."""
 
