@@ -135,3 +135,27 @@ def test_blocked_scopes() -> None:
     assert len(hit("provider")) == 4
     with pytest.raises(ValueError):
         blocked(a, "planet")
+
+
+def test_plugin_score_terms_join_the_weighted_score(write_recipe) -> None:
+    from launchpad.plugins import get_plugin_manager, hookimpl
+
+    class GreenEnergy:
+        @hookimpl
+        def launchpad_score_offer(self, offer, need):
+            return [("green_energy", 1.0 if offer.region.startswith("eu") else 0.0, 1.0)]
+
+    r = write_recipe()
+    offers = [gpu_offer(instance_type="us", region="us-east-1"), gpu_offer(instance_type="eu", region="eu-north-1")]
+    before = {x.offer.instance_type: x.score for x in run(r, *offers, minimize="score").ranked}
+    pm = get_plugin_manager()
+    pm.register(GreenEnergy(), name="test-green-energy")
+    try:
+        p = run(r, *offers, minimize="score")
+    finally:
+        pm.unregister(name="test-green-energy")
+    got = {x.offer.instance_type: x for x in p.ranked}
+    assert got["eu"].scores["green_energy"] == 1.0 and got["us"].scores["green_energy"] == 0.0
+    weights = sum(planner_settings()["weights"].values())
+    assert got["eu"].score == pytest.approx((before["eu"] * weights + 1.0) / (weights + 1.0))
+    assert p.ranked[0].offer.instance_type == "eu"
