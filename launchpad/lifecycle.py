@@ -125,10 +125,12 @@ class Lifecycle:
             provider = self.provider(instance.provider)
             bundle = self._bundle(job, provider)
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
+            self.reporter.info(f"syncing the job to {instance.id}")
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
             handle = provider.train(instance, bundle)
             self._transition(job_id, JobState.TRAINING, instance=instance.id, pid=handle.pid)
+            self.reporter.info(f"training on {instance.id} (checkpoints to {bundle.job_spec['checkpoint_uri']})")
             if detach:
                 return self.db.job(job_id)
             return self.follow(job_id)
@@ -170,6 +172,9 @@ class Lifecycle:
         recipe = Recipe.model_validate(job["recipe"])
         planned = self.plan(recipe, provider=job["spec"].get("only_provider"), minimize=job["spec"].get("minimize", "cost"))
         self.db.update_job(job_id, plan_json=_plan_json(planned))
+        best = planned.ranked[0]
+        self.reporter.info(f"plan: {len(planned.ranked)} feasible offer(s); best {best.offer.label} at "
+                           f"${best.offer.price:.2f}/h, est. {best.est_hours * 60:.0f} min, ${best.est_cost:.2f}")
         self._transition(job_id, JobState.PROVISIONING)
         events = list(self.db.events(job_id))
         attempts = [e for e in events if e["kind"] == "provision:attempt"]
