@@ -156,7 +156,7 @@ def _gcp_rows(rows: list[dict[str, str]], defaults: dict[str, float], gpu_only: 
         elif r.get("AcceleratorName") and not r["AcceleratorName"].startswith("tpu"):
             accels.append(r)
     if not gpu_only:
-        for (itype, _), r in hosts.items():
+        for r in hosts.values():
             yield from _plain_rows("gcp", [r], defaults, gpu_only)
     for a in accels:
         raw, count = a["AcceleratorName"], int(float(a["AcceleratorCount"]))

@@ -1,19 +1,25 @@
 """plan(): recipe -> Need -> every offer filtered (each rejection keeps its reason) -> scored -> ranked.
 
 Order of the hard constraints (the first that fails is the reason shown): provider allow-list, accelerator
-kind, GPU spec, VRAM, multi-node, CUDA, NVMe, spot, stop, region, price cap -- and only then "not
-configured", so an offer from an unconfigured provider is shown as "not configured" only when it would
-otherwise run the recipe; one that could not run it anyway shows the real reason.
+kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, multi-node capability, CUDA minimum, NVMe, stop capability,
+region, spot (no spot price / no spot market), price cap -- and only then "not configured", so an offer
+from an unconfigured provider is shown as "not configured" only when it would otherwise run the recipe;
+one that could not run it anyway shows the real reason.
+
+Spot: `resources.spot` false = on-demand variants only, true = spot variants only (an offer without a spot
+price is rejected), auto = both, each ranked on its own price. Rejections before the spot step name the
+catalog offer once, not once per market.
 
 Speed: everything that depends only on the offer's *shape* (provider, instance type, GPU, count, memory,
-spot, CUDA, NVMe, interconnect) is computed once per shape and cached; per offer only the region, price
-and cost are looked at. See benchmarks/planner.py.
+CUDA, NVMe, interconnect) is computed once per shape, and the profile once per shape and market; per
+offer only the region, price and cost are looked at. See benchmarks/planner.py.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -48,8 +54,6 @@ class _Evaluator:
         self._vram: dict[int, float | None] = {}
         self._provider: dict[str, tuple[str, str] | None] = {}
         self._patterns = [fnmatch.translate(g) for g in need.regions]
-        import re
-
         self._region_re = re.compile("|".join(f"(?:{p})" for p in self._patterns)) if self._patterns else None
 
     # -- per provider ---------------------------------------------------------------------------------
