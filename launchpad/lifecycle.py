@@ -174,7 +174,7 @@ class Lifecycle:
         self.db.update_job(job_id, plan_json=_plan_json(planned))
         best = planned.ranked[0]
         self.reporter.info(f"plan: {len(planned.ranked)} feasible offer(s); best {best.offer.label} at "
-                           f"${best.offer.price:.2f}/h, est. {best.est_hours * 60:.0f} min, ${best.est_cost:.2f}")
+                           f"${best.offer.price:.2f}/h, est. {_duration(best.est_hours * 3600)}, ${best.est_cost:.2f}")
         self._transition(job_id, JobState.PROVISIONING)
         events = list(self.db.events(job_id))
         attempts = [e for e in events if e["kind"] == "provision:attempt"]
@@ -400,6 +400,14 @@ class Lifecycle:
         self.db.record_instance(instance)  # known even if it was found by tag only
         self.db.set_instance_state(instance, state)
         self._event(instance.job_id, "teardown:done", instance=instance.id)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _safe_instances(provider: Provider) -> list[Instance]:
