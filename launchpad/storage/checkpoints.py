@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import IncompleteCheckpoint, StorageError
 from ..models import CheckpointRef
-from . import ObjectInfo, Store
+from . import Store
 
 MANIFEST = "MANIFEST.json"
 _CKPT_DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -302,7 +302,6 @@ __all__ = [
     "MANIFEST",
     "Manifest",
     "ManifestFile",
-    "ObjectInfo",
     "checkpoint_key",
     "download_checkpoint",
     "latest_checkpoint",

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     code = 0
     try:
-        run(spec, status)
-        status.update(phase="done", finished=True, error=None)
+        final_step = run(spec, status)
+        status.update(phase="done", finished=True, error=None, step=final_step)
     except LaunchpadError as e:
         code = e.exit_code
         status.update(phase="failed", error=first_line(e))

@@ -121,6 +121,6 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None)
     if not texts:
         return Dataset.from_dict({"messages": conversations})
     if conversations and not getattr(tokenizer, "chat_template", None):
-        raise BadInput(f"the tokenizer of this base model has no chat template, needed for chat/alpaca data")
+        raise BadInput("the tokenizer of this base model has no chat template, needed for chat/alpaca data")
     rendered = [tokenizer.apply_chat_template(c, tokenize=False) for c in conversations]
     return Dataset.from_dict({"text": rendered + texts})

@@ -162,8 +162,8 @@ def training_args(spec: JobSpec, prec: dict[str, bool]):
     )
 
 
-def run(spec: JobSpec, status: StatusWriter) -> None:
-    """Train the job to its last step. Raises LaunchpadError (or anything else) on failure."""
+def run(spec: JobSpec, status: StatusWriter) -> int:
+    """Train the job to its last step and return that step. Raises LaunchpadError (or anything else)."""
     t0 = time.monotonic()
     recipe = spec.recipe
     # The store first, before seconds of imports: an unwritable store is the cheapest failure to find.
@@ -236,6 +236,7 @@ def run(spec: JobSpec, status: StatusWriter) -> None:
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")
+    return trainer.state.global_step
 
 
 def prior_losses(checkpoint_dir: Path) -> dict[str, Any]:
