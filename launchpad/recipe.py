@@ -52,6 +52,8 @@ _REGION = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9*?_-]{0,63}$")
 _PROVIDER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}){0,2}$")
 _PATH_START = ("/", "./", "../", "~")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
+              "paged_adamw_32bit", "adafactor", "sgd")
 
 
 # ---- path and value checks (pure functions; the validators below call them) -------------------
@@ -150,6 +152,15 @@ def _check_deepspeed(value: str | None, info: ValidationInfo) -> str | None:
         return None
     value = _no_control_chars(value)
     base_dir, check = _context(info)
+    from .train.dsconfig import PRESETS, looks_like_preset, preset_path
+
+    if looks_like_preset(value) and not (base_dir is not None and (base_dir / value).exists()):
+        if value not in PRESETS:
+            raise ValueError(f"unknown DeepSpeed preset (presets: {', '.join(PRESETS)}; or a path to a JSON file)")
+        found = preset_path(value)
+        if found is None and check:
+            raise ValueError("launchpad's configs/deepspeed folder is missing (set LAUNCHPAD_CONFIGS)")
+        return str(found) if found else value
     if _store_uri(value, ("file",)):
         value = value[len("file://"):]
     path = _existing(_local_path(value, base_dir), check, what="DeepSpeed config")
@@ -302,7 +313,8 @@ class Checkpoint(_Strict):
 class Autostop(_Strict):
     """What the machine does to itself once idle, even with the client offline."""
 
-    idle_minutes: int = Field(30, ge=1, le=10080, description="Idle time (no trainer, GPUs unused) before acting.")
+    idle_minutes: float = Field(30, gt=0, le=10080, description=(
+        "Idle time (no trainer, GPUs unused, nobody logged in) before acting; fractions allowed (0.5 = 30 s)."))
     action: Literal["stop", "terminate"] = Field("stop", description=(
         "stop: keep the disk (cheap, restartable); terminate: delete the machine."))
 
@@ -340,8 +352,12 @@ class Recipe(_Strict):
         "Module names to adapt, e.g. ['q_proj', 'v_proj']; leave out for the model's attention projections."))
     lora_modules_to_save: list[str] | None = Field(None, description=(
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
+    optimizer: Literal[OPTIMIZERS] | None = Field(None, description=(  # type: ignore[valid-type]
+        "Optimizer (HF Trainer's `optim` names, as in Axolotl). Leave out for the adapter's default, the one "
+        "the planner's memory estimate assumes: paged_adamw_8bit for qlora and full, adamw_8bit for lora."))
     deepspeed: str | None = Field(None, description=(
-        "Path to a DeepSpeed JSON config (relative to the recipe's folder)."))
+        "DeepSpeed JSON config: a path (relative to the recipe's folder) or a preset: zero2, zero3, "
+        "zero3-offload. \"auto\" values are filled from the recipe."))
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Random seed for data order and initialisation.")
     logging_steps: int = Field(1, ge=1, le=10**9, description="Log loss every this many optimizer steps.")
 
@@ -400,9 +416,25 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         if data.get("num_epochs") is None and data.get("max_steps") is None and _STEPS_PROBLEM not in lines:
             lines.append(_STEPS_PROBLEM)  # the model-level check only runs once every field is valid
         raise RecipeError([f"{shown}: {line}" for line in lines]) from None
+    if recipe.deepspeed:
+        _check_deepspeed_config(recipe, shown)
     recipe._source_path = str(absolute)
     recipe._source_shown = shown
     return recipe
+
+
+def _check_deepspeed_config(recipe: Recipe, shown: str) -> None:
+    """The DeepSpeed config, "auto" values filled from the recipe, through DeepSpeed's own validation
+    (when installed): every bad field named, at validate time rather than on a rented GPU."""
+    from .errors import BadInput
+    from .train.dsconfig import load_config, validate_config
+
+    try:
+        problems = validate_config(load_config(recipe.deepspeed), recipe)
+    except BadInput as e:
+        problems = [str(e)]
+    if problems:
+        raise RecipeError([f"{shown}: deepspeed: {p} (in {recipe.deepspeed})" for p in problems])
 
 
 def resolve_env(recipe: Recipe, environ: Mapping[str, str]) -> dict[str, str]:

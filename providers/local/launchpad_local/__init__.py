@@ -101,7 +101,13 @@ class LocalProvider(Provider):
         workdir = self._dir(instance)
         if not workdir.exists():
             raise ProviderError(f"local instance {instance.id} is gone", provider=self.name)
-        spec = {**bundle.job_spec, "workdir": str(workdir), "status_path": str(workdir / FILES["status"])}
+        spec = {
+            **bundle.job_spec, "workdir": str(workdir), "status_path": str(workdir / FILES["status"]),
+            # Nothing bills on this machine: when idle, the agent just ends, unless a command is configured.
+            "autostop": {"command": self.config.get("autostop_command"), "idle_seconds": self.config.get("idle_seconds")},
+            "preemption": list(self.config.get("preemption") or []),  # e.g. ["aws"] against a metadata double
+            "mount_nvme": False,  # never format or mount disks on the user's own machine
+        }
         _write_json(workdir / FILES["spec"], spec)  # never the resolved env: secrets stay in memory
         (workdir / "recipe.yaml").write_text(bundle.recipe_text)
 
@@ -138,9 +144,11 @@ class LocalProvider(Provider):
         except (OSError, ValueError):
             status = {}
         exit_code = _read_int(workdir / FILES["exit"])
-        running = exit_code is None and self._agent_running(workdir, instance.id)
-        if exit_code is None and not running and (workdir / FILES["agent_pid"]).exists():
-            exit_code = -signal.SIGKILL  # the agent itself died without recording the trainer's end
+        agent_alive = self._agent_running(workdir, instance.id)
+        # The job runs until the agent reports a final phase (uploads drained), not merely until the trainer exits.
+        running = agent_alive and not status.get("finished")
+        if not agent_alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
+            exit_code = exit_code if exit_code not in (None, 0) else -signal.SIGKILL  # the agent died mid-job
         return JobProgress.from_status(status, running=running, exit_code=exit_code)
 
     def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
@@ -200,6 +208,8 @@ class LocalProvider(Provider):
         workdir = self._dir(instance)
         if not (workdir / "instance.json").exists():
             return InstanceState.TERMINATED
+        if (workdir / "autostopped.json").exists() and not self._agent_running(workdir, instance.id):
+            return InstanceState.STOPPED  # the idle watchdog ended the agent: nothing runs, nothing bills
         return self._load(workdir).state
 
     def instances(self) -> list[Instance]:

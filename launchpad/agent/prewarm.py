@@ -1,0 +1,195 @@
+"""Pre-warm: put the dataset and the model weights on local disk before training, while the Python
+environment warms up, all three at once. Training then reads local disk only.
+
+Parts (each runs in its own thread; store downloads are themselves parallel):
+  - every dataset given as a store URI (s3:// gs:// az:// file://) -> <data dir>/datasets/<n>/<file>
+  - a base model given as a store URI -> <data dir>/models/<hash>/ ; an HF id -> huggingface_hub snapshot
+  - "env": imports the training stack in a subprocess (and records versions when the env check exists)
+Local paths are already on local disk and are used in place. Downloads are resumable: complete files
+are skipped, so a restarted agent continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..storage import open_store, scheme_of
+
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
+STORE_SCHEMES = ("s3", "gs", "az", "file")
+
+
+@dataclass
+class Part:
+    name: str
+    run: Callable[["Part"], Any]
+    total: int = 0
+    done: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    result: Any = None
+
+
+@dataclass
+class PrewarmResult:
+    recipe: dict[str, Any]  # the recipe with local paths in place of URIs
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def is_uri(value: str) -> bool:
+    return "://" in value and scheme_of(value) in STORE_SCHEMES
+
+
+def _download_file(uri: str, dest_dir: Path, part: Part) -> Path:
+    parent, _, key = uri.rstrip("/").rpartition("/")
+    store = open_store(parent)
+    dest = dest_dir / key
+    objs = [o for o in store.list(key) if o.key == key]
+    if not objs:
+        raise FileNotFoundError(f"{uri} does not exist")
+    part.total = objs[0].size
+    if dest.exists() and dest.stat().st_size == part.total:  # resumable: already here
+        part.done = part.total
+        return dest
+    store.get_file(key, dest)
+    part.done = part.total
+    return dest
+
+
+def _download_tree(uri: str, dest: Path, part: Part) -> Path:
+    store = open_store(uri)
+    try:
+        from ..storage.transfer import download_tree
+    except ImportError:  # older core without the parallel engine: one object at a time per thread
+        download_tree = None
+    objs = store.list("")
+    if not objs:
+        raise FileNotFoundError(f"{uri}: nothing there")
+    part.total = sum(o.size for o in objs)
+    if download_tree is not None:
+        def progress(done: int, total: int) -> None:
+            part.done, part.total = done, total
+
+        download_tree(store, "", dest, progress=progress)
+    else:
+        with ThreadPoolExecutor(16) as pool:
+            for obj in objs:
+                target = dest / obj.key
+                if not (target.exists() and target.stat().st_size == obj.size):
+                    pool.submit(store.get_file, obj.key, target).add_done_callback(
+                        lambda f, n=obj.size: setattr(part, "done", part.done + n))
+                else:
+                    part.done += obj.size
+    part.done = part.total
+    return dest
+
+
+def _hf_snapshot(repo_id: str, dest: Path, part: Part) -> Path:
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(repo_id=repo_id, local_dir=str(dest), max_workers=16))
+
+
+def _warm_env(workdir: Path, part: Part) -> dict[str, Any]:
+    """Import the training stack once (pages it in, compiles .pyc); record versions if the check exists."""
+    if importlib.util.find_spec("launchpad.train.envcheck") is not None:
+        cmd = [sys.executable, "-m", "launchpad.train.envcheck", "--out", str(workdir / "env.json")]
+    else:
+        cmd = [sys.executable, "-c", "import torch, transformers, peft, trl, datasets"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"environment check exited {proc.returncode}")
+    try:
+        return json.loads((workdir / "env.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def plan_parts(recipe: dict[str, Any], data_dir: Path, workdir: Path, *, warm_env: bool = True) -> list[Part]:
+    parts: list[Part] = []
+    for n, ds in enumerate(recipe.get("datasets") or []):
+        path = ds.get("path", "")
+        if is_uri(path):
+            dest = data_dir / "datasets" / str(n)
+            if path.lower().endswith(_DATA_SUFFIXES):
+                parts.append(Part(f"dataset[{n}]", lambda p, u=path, d=dest: _download_file(u, d, p)))
+            else:
+                parts.append(Part(f"dataset[{n}]", lambda p, u=path, d=dest: _download_tree(u, d, p)))
+    base = recipe.get("base_model") or ""
+    digest = hashlib.sha256(base.encode()).hexdigest()[:12]
+    if is_uri(base):
+        parts.append(Part("model", lambda p, u=base: _download_tree(u, data_dir / "models" / digest, p)))
+    elif "/" in base and not base.startswith(("builtin:", "/", ".")) and not Path(base).exists():
+        parts.append(Part("model", lambda p, r=base: _hf_snapshot(r, data_dir / "models" / digest, p)))
+    if warm_env:
+        parts.append(Part("env", lambda p: _warm_env(workdir, p)))
+    return parts
+
+
+def prewarm(recipe: dict[str, Any], data_dir: Path, workdir: Path, *,
+            report: Callable[[dict[str, Any]], None] | None = None, parallel: bool = True,
+            warm_env: bool = True) -> PrewarmResult:
+    """Run every part (in parallel unless `parallel` is False, for the benchmark's baseline).
+    Raises RuntimeError naming the first part that failed."""
+    parts = plan_parts(recipe, data_dir, workdir, warm_env=warm_env)
+    t0 = time.monotonic()
+    stop = threading.Event()
+
+    def snapshot() -> dict[str, Any]:
+        return {
+            "parts": {p.name: {"done_bytes": p.done, "total_bytes": p.total, "seconds": round(p.seconds, 2),
+                               "error": p.error} for p in parts},
+            "done_bytes": sum(p.done for p in parts),
+            "total_bytes": sum(p.total for p in parts),
+        }
+
+    def reporter() -> None:
+        while not stop.wait(0.5):
+            if report:
+                report(snapshot())
+
+    def run_part(p: Part) -> None:
+        start = time.monotonic()
+        try:
+            p.result = p.run(p)
+        except Exception as e:  # recorded per part; the first failure is raised below
+            p.error = f"{type(e).__name__}: {e}" if not str(e).startswith(p.name) else str(e)
+        p.seconds = time.monotonic() - start
+
+    thread = threading.Thread(target=reporter, daemon=True)
+    thread.start()
+    try:
+        if parallel:
+            with ThreadPoolExecutor(max(1, len(parts))) as pool:
+                list(pool.map(run_part, parts))
+        else:
+            for p in parts:
+                run_part(p)
+    finally:
+        stop.set()
+        thread.join()
+    if report:
+        report(snapshot())
+    failed = [p for p in parts if p.error]
+    if failed:
+        raise RuntimeError(f"pre-warm of {failed[0].name} failed: {failed[0].error}")
+    new = json.loads(json.dumps(recipe))
+    for p in parts:
+        if p.name.startswith("dataset["):
+            n = int(p.name[len("dataset["):-1])
+            new["datasets"][n]["path"] = str(p.result)
+        elif p.name == "model":
+            new["base_model"] = str(p.result)
+    return PrewarmResult(recipe=new, parts=snapshot()["parts"], seconds=time.monotonic() - t0)

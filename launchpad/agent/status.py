@@ -1,0 +1,109 @@
+"""status.json as the agent writes it: the trainer's own report merged with the agent's.
+
+The trainer writes ``trainer-status.json`` (step, loss, ...); the agent owns ``status.json`` and adds
+what only it knows: its phase (prewarm, uploading, done, interrupted ...), pre-warm progress, the last
+checkpoint that is *complete in the store* (not merely saved), environment versions, the idle timer.
+Readers (`Provider.progress`) read only status.json and never parse logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# Phases the agent itself reports; while the trainer runs, the trainer's phase shows through.
+AGENT_PHASES = ("starting", "prewarm", "uploading", "done", "failed", "interrupted")
+FINAL_PHASES = ("done", "failed", "interrupted")
+
+
+class AgentStatus:
+    def __init__(self, workdir: Path, job_id: str, *, interval: float = 2.0):
+        self.path = workdir / "status.json"
+        self.trainer_path = workdir / "trainer-status.json"
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._agent: dict[str, Any] = {"job_id": job_id, "agent_pid": os.getpid(), "phase": "starting",
+                                       "agent_started_at": time.time(), "last_checkpoint": None}
+        self._phase_is_agents = True
+
+    def set(self, **fields: Any) -> None:
+        with self._lock:
+            self._agent.update(fields)
+            if "phase" in fields:
+                self._phase_is_agents = fields["phase"] in AGENT_PHASES
+        self.write()
+
+    def release_phase(self) -> None:
+        """From now on the trainer's phase shows (loading/training/saving)."""
+        with self._lock:
+            self._phase_is_agents = False
+        self.write()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return self._agent.get(key, default)
+
+    def trainer(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.trainer_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def merged(self) -> dict[str, Any]:
+        doc = self.trainer()
+        with self._lock:
+            agent = dict(self._agent)
+            agent_phase = self._phase_is_agents
+        trainer_phase = doc.get("phase")
+        # The agent's last_checkpoint (complete in the store) wins once it has one; before that, the
+        # trainer's (the checkpoint it resumed from) is the newest complete one.
+        doc.update({k: v for k, v in agent.items() if k != "phase" and not (k == "last_checkpoint" and v is None)})
+        doc["trainer_phase"] = trainer_phase
+        doc["phase"] = agent["phase"] if agent_phase or not trainer_phase else trainer_phase
+        doc["trainer_finished"] = doc.get("finished", False)
+        doc["finished"] = agent["phase"] in FINAL_PHASES  # the job, uploads included, not just the trainer
+        if doc["finished"]:
+            doc["phase"] = agent["phase"]
+            doc["error"] = agent.get("error") if agent["phase"] != "done" else None
+        elif agent.get("error") is not None:
+            doc["error"] = agent["error"]
+        doc["heartbeat"] = time.time()
+        return doc
+
+    def write(self) -> None:
+        doc = self.merged()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def start(self) -> "AgentStatus":
+        self.write()
+        self._thread = threading.Thread(target=self._beat, name="agent-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 1)
+        self.write()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.write()
+            except OSError:  # a full disk must not kill the agent; the next beat tries again
+                pass
