@@ -352,6 +352,9 @@ class Recipe(_Strict):
         "Module names to adapt, e.g. ['q_proj', 'v_proj']; leave out for the model's attention projections."))
     lora_modules_to_save: list[str] | None = Field(None, description=(
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
+    flash_attention: bool | Literal["auto"] = Field("auto", description=(
+        "FlashAttention-2. auto: when flash-attn is installed and the GPU can run it, else PyTorch SDPA; "
+        "true: required (the job fails fast where it cannot run); false: always SDPA."))
     optimizer: Literal[OPTIMIZERS] | None = Field(None, description=(  # type: ignore[valid-type]
         "Optimizer (HF Trainer's `optim` names, as in Axolotl). Leave out for the adapter's default, the one "
         "the planner's memory estimate assumes: paged_adamw_8bit for qlora and full, adamw_8bit for lora."))
@@ -375,7 +378,7 @@ class Recipe(_Strict):
     _name = field_validator("name", mode="before")(_check_name)
     _base_model = field_validator("base_model")(_check_base_model)
     _deepspeed = field_validator("deepspeed")(_check_deepspeed)
-    _bf16 = field_validator("bf16", mode="before")(_true_false_auto)
+    _bf16 = field_validator("bf16", "flash_attention", mode="before")(_true_false_auto)
 
     @model_validator(mode="after")
     def _steps_set(self) -> Recipe:
