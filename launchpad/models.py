@@ -180,11 +180,15 @@ class JobProgress:
     exit_code: int | None = None
     error: str | None = None
     losses: tuple[tuple[int, float], ...] = ()
+    prewarm_done_bytes: int = 0
+    prewarm_total_bytes: int = 0
+    warning: str | None = None  # e.g. "no local NVMe: pre-warming to the largest local disk"
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], *, running: bool, exit_code: int | None) -> "JobProgress":
         ckpt = status.get("last_checkpoint") or {}
         resumed = status.get("resumed_from") or {}
+        prewarm = status.get("prewarm") or {}
         return cls(
             phase=status.get("phase", "pending"),
             step=int(status.get("step") or 0),
@@ -199,4 +203,7 @@ class JobProgress:
             exit_code=exit_code,
             error=status.get("error"),
             losses=tuple((int(s), float(l)) for s, l in status.get("losses", [])),
+            prewarm_done_bytes=int(prewarm.get("done_bytes") or 0),
+            prewarm_total_bytes=int(prewarm.get("total_bytes") or 0),
+            warning=prewarm.get("warning"),
         )

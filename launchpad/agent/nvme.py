@@ -79,8 +79,16 @@ def read_lsblk() -> str | None:
 
 
 def choose_data_dir(candidates: list[Path], *, lsblk_json: str | None = None, allow_mount: bool = False,
-                    mount_at: str = DEFAULT_MOUNT) -> DataDir:
-    """Where pre-warmed data goes. `candidates` are fallbacks (e.g. the workdir, /mnt, /tmp)."""
+                    mount_at: str = DEFAULT_MOUNT, expect_nvme: bool = True) -> DataDir:
+    """Where pre-warmed data goes. `candidates` are fallbacks (e.g. the workdir, /mnt, /tmp).
+    `expect_nvme` False (e.g. the local provider) makes the fallback normal rather than a warning."""
+    chosen = _choose(candidates, lsblk_json, allow_mount, mount_at)
+    if not expect_nvme and chosen.kind == "fallback":
+        return DataDir(chosen.path, chosen.kind)
+    return chosen
+
+
+def _choose(candidates: list[Path], lsblk_json: str | None, allow_mount: bool, mount_at: str) -> DataDir:
     disks = parse_lsblk(lsblk_json) if lsblk_json else []
     mounted = [d for d in disks if d.mountpoint and _writable(Path(d.mountpoint))]
     if mounted:

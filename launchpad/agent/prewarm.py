@@ -133,7 +133,7 @@ def plan_parts(recipe: dict[str, Any], data_dir: Path, workdir: Path, *, warm_en
         parts.append(Part("model", lambda p, u=base: _download_tree(u, data_dir / "models" / digest, p)))
     elif "/" in base and not base.startswith(("builtin:", "/", ".")) and not Path(base).exists():
         parts.append(Part("model", lambda p, r=base: _hf_snapshot(r, data_dir / "models" / digest, p)))
-    if warm_env:
+    if warm_env and parts:  # with nothing to download there is nothing to overlap: the trainer imports once
         parts.append(Part("env", lambda p: _warm_env(workdir, p)))
     return parts
 

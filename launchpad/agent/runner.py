@@ -79,7 +79,8 @@ class Agent:
         # 1. pre-warm: dataset || weights || environment, onto local NVMe when there is some
         self.status.set(phase="prewarm")
         data_dir = choose_data_dir([self.workdir / "data"], lsblk_json=read_lsblk(),
-                                   allow_mount=bool(self.spec.get("mount_nvme")))
+                                   allow_mount=bool(self.spec.get("mount_nvme")),
+                                   expect_nvme=bool(self.spec.get("expect_nvme", True)))
         data_root = data_dir.path if data_dir.kind == "fallback" else data_dir.path / "launchpad" / self.job_id
         info: dict[str, Any] = {"data_dir": str(data_root), "disk": data_dir.kind, "warning": data_dir.warning}
         if data_dir.warning:

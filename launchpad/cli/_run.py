@@ -33,6 +33,9 @@ class RichReporter:
     def __init__(self) -> None:
         self._progress = None
         self._task = None
+        self._prewarm = None
+        self._last_ckpt: int | None = None
+        self._warned = False
 
     def info(self, message: str) -> None:
         console().print(f"[bold cyan]›[/] {message}", soft_wrap=True)
@@ -41,6 +44,20 @@ class RichReporter:
         console().print(f"[yellow]![/] {message}", soft_wrap=True)
 
     def progress(self, job_id: str, p) -> None:
+        if p.warning and not self._warned:
+            self._warned = True
+            self.warn(p.warning)
+        if p.phase == "prewarm" and p.prewarm_total_bytes:
+            self._show_prewarm(p)
+            return
+        if self._prewarm is not None and p.phase != "prewarm":
+            self._prewarm.stop()
+            self._prewarm = None
+        if p.last_checkpoint_step is not None and p.last_checkpoint_step != self._last_ckpt:
+            if self._last_ckpt is not None or p.resumed_from_step != p.last_checkpoint_step:
+                msg = f"checkpoint-{p.last_checkpoint_step} is complete in the store"
+                (self._progress.console.print if self._progress else self.info)(f"[green]✓[/] {msg}")
+            self._last_ckpt = p.last_checkpoint_step
         if p.total_steps is None and p.step == 0:
             return
         if self._progress is None:
@@ -58,7 +75,20 @@ class RichReporter:
         self._progress.update(self._task, completed=p.step, total=p.total_steps, loss=loss, speed=speed,
                               description=p.phase if p.phase not in ("training", "done") else "training")
 
+    def _show_prewarm(self, p) -> None:
+        if self._prewarm is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self._prewarm = Progress(TextColumn("[bold]pre-warm"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                     console=console())
+            self._prewarm.start()
+            self._prewarm_task = self._prewarm.add_task("pre-warm", total=p.prewarm_total_bytes)
+        self._prewarm.update(self._prewarm_task, completed=p.prewarm_done_bytes, total=p.prewarm_total_bytes)
+
     def close(self) -> None:
+        if self._prewarm is not None:
+            self._prewarm.stop()
+            self._prewarm = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

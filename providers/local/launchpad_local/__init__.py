@@ -107,6 +107,7 @@ class LocalProvider(Provider):
             "autostop": {"command": self.config.get("autostop_command"), "idle_seconds": self.config.get("idle_seconds")},
             "preemption": list(self.config.get("preemption") or []),  # e.g. ["aws"] against a metadata double
             "mount_nvme": False,  # never format or mount disks on the user's own machine
+            "expect_nvme": False,
         }
         _write_json(workdir / FILES["spec"], spec)  # never the resolved env: secrets stay in memory
         (workdir / "recipe.yaml").write_text(bundle.recipe_text)
