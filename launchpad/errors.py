@@ -14,6 +14,7 @@
     │   ├── TransientError              worth retrying (tenacity) before giving up
     │   └── NotYetTerminated            teardown accepted but not finished: poll again
     ├── StorageError                    object store I/O
+    │   ├── StorageUnavailable          unreachable / throttled / dropped mid-transfer: worth retrying
     │   └── IncompleteCheckpoint        missing/invalid manifest or checksum mismatch
     ├── StateError                      the local state database
     └── JobFailed                       the trainer exited non-zero; `.log_tail` has its last lines
@@ -99,6 +100,10 @@ class NotYetTerminated(ProviderError):
 
 class StorageError(LaunchpadError):
     pass
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached, throttled us, or a transfer broke off: retrying may succeed."""
 
 
 class IncompleteCheckpoint(StorageError):

@@ -18,7 +18,13 @@ hookimpl = pluggy.HookimplMarker("launchpad")
 ENTRY_POINT_GROUP = "launchpad"
 
 # Parts of the core that register through the same hooks a plugin would use.
-_BUILTIN_PLUGINS = ("launchpad.storage.file",)
+# The cloud stores import their SDK only when a store is opened, so they load without it.
+_BUILTIN_PLUGINS = (
+    "launchpad.storage.file",
+    "launchpad.storage.s3",
+    "launchpad.storage.gcs",
+    "launchpad.storage.azure",
+)
 
 
 def disabled_plugins() -> set[str]:

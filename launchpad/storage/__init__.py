@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import BadInput
+from ..errors import BadInput, StorageError
 
 
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str  # relative to the store's root
     size: int
+    #: the store's version tag (S3/Azure ETag, GCS generation) when it has one: a resumed download
+    #: whose object changed since its first attempt starts over instead of mixing two versions
+    etag: str | None = None
 
 
 class Store(ABC):
@@ -65,6 +68,26 @@ class Store(ABC):
         for obj in self.list(prefix):
             self.delete(obj.key)
 
+    def size(self, key: str) -> int:
+        """The size in bytes of one object. Raises StorageError if it is missing."""
+        for obj in self.list(key):
+            if obj.key == key:
+                return obj.size
+        raise StorageError(f"no such object: {self.uri(key)}")
+
+    # -- optional: ranged reads, used by launchpad.storage.transfer for parallel resumable downloads --
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of one object (end exclusive, like a slice; 0 <= start < end <= size).
+        Stores that cannot read ranges leave this unimplemented; transfers then fetch whole objects."""
+        raise NotImplementedError(f"{type(self).__name__} has no ranged reads")
+
+    def get_range_to(self, key: str, start: int, end: int, out) -> None:
+        """Stream bytes [start, end) into `out.write(chunk)` without holding them all in memory.
+
+        Not retried inside: if it fails midway, `out` has seen a prefix of the range and the caller
+        retries the whole range with a fresh `out`. Transient failures raise StorageUnavailable."""
+        out.write(self.get_range(key, start, end))
+
 
 def scheme_of(uri: str) -> str:
     scheme = urlsplit(uri).scheme
@@ -80,7 +103,7 @@ def open_store(uri: str) -> Store:
         uri = Path(uri).expanduser().resolve().as_uri()
     classes = get_store_classes()
     if scheme not in classes:
-        hint = {"s3": "launchpad-aws", "gs": "launchpad-gcp", "az": "launchpad-azure"}.get(scheme)
+        hint = {"s3": "'launchpad[s3]'", "gs": "'launchpad[gcs]'", "az": "'launchpad[azure]'"}.get(scheme)
         known = ", ".join(f"{s}://" for s in sorted(classes))
         raise BadInput(
             f"no object store is installed for {scheme}:// (known: {known})",

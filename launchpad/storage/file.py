@@ -8,6 +8,7 @@ Temporary names start with `.lp-tmp-` and are never listed.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tempfile
@@ -150,6 +151,28 @@ class FileStore(Store):
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise StorageError(f"no such object: {self.uri(key)}") from e
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        buf = io.BytesIO()
+        self.get_range_to(key, start, end, buf)
+        return buf.getvalue()
+
+    def get_range_to(self, key: str, start: int, end: int, out) -> None:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                left = end - start
+                while left > 0 and (block := f.read(min(left, 1 << 20))):
+                    out.write(block)
+                    left -= len(block)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise StorageError(f"no such object: {self.uri(key)}") from e
 
     def _prune_empty_dirs(self, folder: Path) -> None:
         """Remove folders emptied by deletes, up to (not including) the root, so listings stay clean."""

@@ -1,0 +1,267 @@
+"""The az:// store: Azure Blob Storage (block blobs) through azure-storage-blob.
+
+URI rule (one meaning, whatever the environment):
+
+    az://<container>[/<prefix>]             the account comes from the environment:
+                                            AZURE_STORAGE_CONNECTION_STRING, else AZURE_STORAGE_ACCOUNT
+    az://<container>@<account>[/<prefix>]   the account is named in the URI (as in wasbs:// and abfs://)
+
+Credentials, first that applies: ``AZURE_STORAGE_CONNECTION_STRING`` (used only if its AccountName
+is the URI's account, when the URI names one; it may carry a BlobEndpoint, e.g. Azurite's),
+``AZURE_STORAGE_KEY`` for the account, else ``DefaultAzureCredential`` (azure-identity: managed
+identity, ``az login``, workload identity, environment). The endpoint is
+``https://<account>.blob.core.windows.net`` unless the connection string or
+``AZURE_STORAGE_BLOB_ENDPOINT`` says otherwise. Keys and tokens are never logged.
+
+- Big objects: uploads stage blocks in parallel and commit the block list last, so no partial
+  blob is ever visible; downloads above `part_size` run parallel ranged GETs through
+  `launchpad.storage.transfer`.
+- Errors: missing blob/container or refused credentials become one StorageError line naming the URI
+  and the fix; throttling, 5xx and dropped connections are StorageUnavailable, retried (bounded).
+
+azure-storage-blob (and azure-identity) are imported when a store is opened, never at `import launchpad`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import BadInput, StorageError, StorageUnavailable
+from ..plugins import hookimpl
+from . import ObjectInfo, Store
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying
+
+_INSTALL = "pip install 'launchpad[azure]'"
+_CRED_HINT = "set AZURE_STORAGE_CONNECTION_STRING, or sign in (`az login`, managed identity) for DefaultAzureCredential"
+BLOCK_SIZE = 8 * MiB  # staged block size of uploads, and request size of streamed reads
+
+
+def _require_sdk():
+    try:
+        import azure.storage.blob as blob
+    except ImportError:
+        raise BadInput("az:// needs azure-storage-blob, which is not installed", hint=_INSTALL) from None
+    return blob
+
+
+def _parse_connection_string(conn: str) -> dict[str, str]:
+    out = {}
+    for part in conn.split(";"):
+        name, sep, value = part.partition("=")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+class AzureBlobStore(Store):
+    """A container prefix on Azure Blob Storage (or Azurite). Thread-safe: one shared client."""
+
+    scheme = "az"
+
+    def __init__(self, root_uri: str):
+        super().__init__(root_uri)
+        parts = urlsplit(self.root_uri)
+        if parts.scheme != "az" or not parts.netloc:
+            raise BadInput(f"not an Azure Blob URI: {root_uri}", hint="write az://container/prefix or az://container@account/prefix")
+        container, _, account = parts.netloc.partition("@")
+        if not container:
+            raise BadInput(f"no container in {root_uri}", hint="write az://container/prefix or az://container@account/prefix")
+        self.container_name, self.account = container, account or None
+        prefix = parts.path.strip("/")
+        self.prefix = f"{prefix}/" if prefix else ""
+        #: objects above this are downloaded in parallel ranged parts
+        self.part_size = DEFAULT_PART_SIZE
+        self.workers = DEFAULT_WORKERS
+        self._sdk = _require_sdk()
+        self._container = None
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @property
+    def container(self):
+        if self._container is None:
+            with self._lock:
+                if self._container is None:
+                    self._container = self._make_container()
+        return self._container
+
+    def _make_container(self):
+        import requests
+        from azure.core.pipeline.transport import RequestsTransport
+
+        session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=4 * DEFAULT_WORKERS)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        options = dict(
+            transport=RequestsTransport(session=session, session_owner=False),
+            retry_policy=self._sdk.ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=2),
+            max_single_get_size=BLOCK_SIZE,
+            max_chunk_get_size=BLOCK_SIZE,
+            max_block_size=BLOCK_SIZE,
+            max_single_put_size=BLOCK_SIZE,
+            connection_timeout=10,
+            read_timeout=60,
+        )
+        conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "").strip()
+        conn_account = _parse_connection_string(conn).get("accountname") if conn else None
+        if conn and (self.account is None or self.account == conn_account):
+            service = self._sdk.BlobServiceClient.from_connection_string(conn, **options)
+            return service.get_container_client(self.container_name)
+        account = self.account or os.environ.get("AZURE_STORAGE_ACCOUNT")
+        if not account:
+            raise BadInput(
+                f"{self.root_uri} names no storage account",
+                hint="set AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT, or write az://container@account/prefix",
+            )
+        endpoint = os.environ.get("AZURE_STORAGE_BLOB_ENDPOINT") or f"https://{account}.blob.core.windows.net"
+        key = os.environ.get("AZURE_STORAGE_KEY")
+        if key:
+            credential = {"account_name": account, "account_key": key}
+        else:
+            try:
+                from azure.identity import DefaultAzureCredential
+            except ImportError:
+                raise BadInput("az:// without a connection string needs azure-identity", hint=_INSTALL) from None
+            credential = DefaultAzureCredential()
+        service = self._sdk.BlobServiceClient(endpoint, credential=credential, **options)
+        return service.get_container_client(self.container_name)
+
+    def _name(self, key: str) -> str:
+        if not key or key.startswith("/") or key.endswith("/"):
+            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
+        return self.prefix + key
+
+    def _error(self, e: BaseException, key: str, doing: str) -> StorageError:
+        from azure.core import exceptions as zx
+
+        uri = self.uri(key)
+        code = getattr(e, "error_code", None) or ""
+        status = getattr(e, "status_code", None)
+        if isinstance(e, zx.ResourceNotFoundError) or status == 404:
+            if code == "ContainerNotFound":
+                return StorageError(f"container {self.container_name!r} does not exist ({uri})", hint="create it or fix the URI")
+            return StorageError(f"no such object: {uri}")
+        if isinstance(e, zx.ClientAuthenticationError) or status in (401, 403):
+            return StorageError(f"access denied to {uri} ({code or type(e).__name__})", hint=_CRED_HINT)
+        if status is not None and (status in (408, 429) or status >= 500):
+            return StorageUnavailable(f"Azure Blob is unavailable while trying to {doing} {uri} ({code or status})")
+        if isinstance(e, (zx.ServiceRequestError, zx.ServiceResponseError, zx.IncompleteReadError, ConnectionError, TimeoutError)):
+            return StorageUnavailable(f"lost the connection to Azure Blob while trying to {doing} {uri}: {e}")
+        if isinstance(e, zx.AzureError):
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            return StorageError(f"cannot {doing} {uri}: {first}")
+        return StorageError(f"cannot {doing} {uri}: {type(e).__name__}: {e}")
+
+    def _call(self, doing: str, key: str, fn, /, *args, **kwargs):
+        from azure.core.exceptions import AzureError
+
+        try:
+            return fn(*args, **kwargs)
+        except (AzureError, ConnectionError, TimeoutError) as e:
+            raise self._error(e, key, doing) from e
+
+    def _blob(self, key: str):
+        return self.container.get_blob_client(self._name(key))
+
+    # -- Store ----------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        def once() -> list[ObjectInfo]:
+            blobs = self._call("list", prefix, lambda: list(self.container.list_blobs(name_starts_with=self.prefix + prefix)))
+            out = []
+            for b in blobs:
+                key = b.name[len(self.prefix) :]
+                if key and not key.endswith("/"):
+                    out.append(ObjectInfo(key, int(b.size or 0), (b.etag or "").strip('"') or None))
+            return out
+
+        return retrying(once)
+
+    def size(self, key: str) -> int:
+        props = retrying(self._call, "read", key, self._blob(key).get_blob_properties)
+        return int(props.size)
+
+    def exists(self, key: str) -> bool:
+        return bool(retrying(self._call, "read", key, self._blob(key).exists))
+
+    def get_bytes(self, key: str) -> bytes:
+        return retrying(lambda: self._call("read", key, lambda: self._blob(key).download_blob().readall()))
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        retrying(self._call, "write", key, self._blob(key).upload_blob, data, overwrite=True, length=len(data))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        self._check_range(key, start, end)
+        blob = self._blob(key)
+        return retrying(lambda: self._call("read", key, lambda: blob.download_blob(offset=start, length=end - start).readall()))
+
+    def get_range_to(self, key: str, start: int, end: int, out) -> None:
+        self._check_range(key, start, end)
+        downloader = self._call("read", key, self._blob(key).download_blob, offset=start, length=end - start, max_concurrency=1)
+
+        def stream() -> None:
+            for chunk in downloader.chunks():  # BLOCK_SIZE requests, one after another
+                out.write(chunk)
+
+        self._call("read", key, stream)
+
+    def _check_range(self, key: str, start: int, end: int) -> None:
+        if not 0 <= start < end:
+            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
+
+    def get_file(self, key: str, dest: Path) -> None:
+        dest = Path(dest)
+        size = self.size(key)
+        if size > self.part_size:
+            download_file(self, key, dest, size=size, workers=self.workers, part_size=self.part_size)
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+
+        def once() -> None:
+            fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    if size:
+                        self.get_range_to(key, 0, size, f)
+                if os.path.getsize(tmp) != size:
+                    raise StorageUnavailable(f"short read of {self.uri(key)}: did it change while being read?")
+                os.replace(tmp, dest)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+
+        retrying(once)
+
+    def put_file(self, src: Path, key: str) -> None:
+        src = Path(src)
+        if not src.is_file():
+            raise StorageError(f"cannot upload {src}: not a file")
+        blob = self._blob(key)
+
+        def once() -> None:
+            # Above BLOCK_SIZE the SDK stages blocks (in parallel) and commits the list last:
+            # until that commit, readers see the previous version or nothing.
+            with open(src, "rb") as f:
+                self._call(
+                    "write", key, blob.upload_blob, f,
+                    overwrite=True, length=src.stat().st_size, max_concurrency=min(self.workers, 8),
+                )  # fmt: skip
+
+        retrying(once)
+
+    def delete(self, key: str) -> None:
+        try:
+            retrying(self._call, "delete", key, self._blob(key).delete_blob)
+        except StorageError as e:
+            if e.message.startswith("no such object"):
+                return  # already gone (a missing container is still an error)
+            raise
+
+
+@hookimpl
+def launchpad_register_stores(register):
+    register("az", AzureBlobStore)

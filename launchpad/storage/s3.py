@@ -1,0 +1,269 @@
+"""The s3:// store: Amazon S3 and anything that speaks its API (MinIO, R2, moto), through boto3.
+
+URI: ``s3://<bucket>[/<prefix>]``. Keys are relative to the prefix.
+
+- Endpoint and credentials come from boto3's default chain: ``AWS_ENDPOINT_URL`` (or
+  ``AWS_ENDPOINT_URL_S3``) for another endpoint, ``AWS_PROFILE`` / ``AWS_ACCESS_KEY_ID`` / an instance
+  role for credentials. Credentials are never logged or put in messages.
+- Big objects: uploads are multipart (s3transfer, `part_size` parts, `workers` at once); the object
+  appears only when CompleteMultipartUpload succeeds, and a failed upload is aborted. Downloads
+  above `part_size` run parallel ranged GETs through `launchpad.storage.transfer`: measured faster
+  than s3transfer's own download on moto (benchmarks/README.md), and it writes each part in place
+  instead of queueing them through one writer thread.
+- Errors: a missing object/bucket or refused credentials become one StorageError line naming the URI
+  and the fix; timeouts, throttling and dropped connections are StorageUnavailable, retried (bounded)
+  by `launchpad.storage.transfer.retrying` on top of botocore's own small retry budget.
+
+boto3 is imported when a store is opened, never at `import launchpad`: without it, opening an s3://
+URI raises BadInput with the install command.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import BadInput, StorageError, StorageUnavailable
+from ..plugins import hookimpl
+from . import ObjectInfo, Store
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying
+
+CHUNK = 1 * MiB  # read size when streaming a body
+
+_TRANSIENT_CODES = {
+    "500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
+    "RequestTimeoutException", "Throttling", "ThrottlingException", "RequestLimitExceeded", "OperationAborted",
+}  # fmt: skip
+_AUTH_CODES = {
+    "403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+    "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "UnauthorizedAccess",
+}  # fmt: skip
+_MISSING_KEY_CODES = {"404", "NoSuchKey", "NotFound"}
+_CRED_HINT = "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, run `aws configure`, or attach an instance role"
+
+
+def _require_boto3():
+    try:
+        import boto3  # noqa: F401
+        import botocore  # noqa: F401
+    except ImportError:
+        raise BadInput("s3:// needs boto3, which is not installed", hint="pip install 'launchpad[s3]'") from None
+    return boto3
+
+
+class S3Store(Store):
+    """A bucket prefix on S3 or an S3-compatible server. Thread-safe: one boto3 client, shared."""
+
+    scheme = "s3"
+
+    def __init__(self, root_uri: str):
+        super().__init__(root_uri)
+        parts = urlsplit(self.root_uri)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise BadInput(f"not an S3 URI: {root_uri}", hint="write s3://bucket/prefix")
+        self.bucket = parts.netloc
+        prefix = parts.path.strip("/")
+        self.prefix = f"{prefix}/" if prefix else ""
+        #: objects above this are uploaded multipart and downloaded in parallel ranged parts
+        self.part_size = DEFAULT_PART_SIZE
+        self.workers = DEFAULT_WORKERS  # parts of one object in flight at once
+        self._boto3 = _require_boto3()
+        self._client = None
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @property
+    def client(self):
+        """The boto3 client, made on first use (clients are thread-safe; sessions are not)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    from botocore.config import Config
+
+                    config = Config(
+                        max_pool_connections=4 * DEFAULT_WORKERS,
+                        retries={"max_attempts": 3, "mode": "standard"},
+                        connect_timeout=10,
+                        read_timeout=60,
+                        tcp_keepalive=True,
+                    )
+                    self._client = self._boto3.session.Session().client("s3", config=config)
+        return self._client
+
+    def _key(self, key: str) -> str:
+        if not key or key.startswith("/") or key.endswith("/"):
+            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
+        return self.prefix + key
+
+    def _error(self, e: BaseException, key: str, doing: str) -> StorageError:
+        """One clear line for a boto3/botocore exception; StorageUnavailable when worth retrying."""
+        from botocore import exceptions as bx
+
+        uri = self.uri(key)
+        if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError)):
+            return StorageError(f"no AWS credentials to {doing} {uri}", hint=_CRED_HINT)
+        if isinstance(e, bx.ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code") or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
+            if code == "NoSuchBucket":
+                return StorageError(f"bucket {self.bucket!r} does not exist ({uri})", hint="create it or fix the URI")
+            if code in _MISSING_KEY_CODES:
+                return StorageError(f"no such object: {uri}")
+            if code in _AUTH_CODES:
+                return StorageError(
+                    f"access denied to {uri} ({code})",
+                    hint="check the credentials' s3:GetObject/PutObject/ListBucket permissions and AWS_PROFILE",
+                )
+            if code in _TRANSIENT_CODES:
+                return StorageUnavailable(f"S3 is unavailable while trying to {doing} {uri} ({code})")
+            return StorageError(f"cannot {doing} {uri}: {code}: {err.get('Message', '')}".rstrip(": "))
+        transient = (
+            bx.EndpointConnectionError, bx.ConnectionClosedError, bx.ReadTimeoutError, bx.ConnectTimeoutError,
+            bx.ResponseStreamingError, bx.IncompleteReadError, bx.HTTPClientError, ConnectionError, TimeoutError,
+        )  # fmt: skip
+        if isinstance(e, transient):
+            return StorageUnavailable(f"lost the connection to S3 while trying to {doing} {uri}: {e}")
+        if isinstance(e, bx.BotoCoreError):
+            return StorageError(f"cannot {doing} {uri}: {e}")
+        raise e
+
+    def _call(self, doing: str, key: str, fn, /, **kwargs):
+        """One API call with errors mapped (no retry here: callers wrap with `retrying`)."""
+        from boto3.exceptions import Boto3Error
+        from botocore import exceptions as bx
+
+        try:
+            return fn(**kwargs)
+        except (bx.BotoCoreError, bx.ClientError, ConnectionError, TimeoutError) as e:
+            raise self._error(e, key, doing) from e
+        except Boto3Error as e:  # s3transfer's S3UploadFailedError wraps the real cause
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, (bx.BotoCoreError, bx.ClientError, ConnectionError, TimeoutError)):
+                raise self._error(cause, key, doing) from e
+            raise StorageError(f"cannot {doing} {self.uri(key)}: {e}") from e
+
+    def _transfer_config(self):
+        from boto3.s3.transfer import TransferConfig
+
+        return TransferConfig(
+            multipart_threshold=self.part_size,
+            multipart_chunksize=self.part_size,
+            max_concurrency=self.workers,
+            use_threads=True,
+        )
+
+    # -- Store ----------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        def once() -> list[ObjectInfo]:
+            out = []
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + prefix)
+            for page in self._call("list", prefix, lambda: list(pages)):
+                for obj in page.get("Contents", ()):
+                    key = obj["Key"][len(self.prefix) :]
+                    if key and not key.endswith("/"):  # "folder" markers are not objects
+                        out.append(ObjectInfo(key, int(obj["Size"]), obj.get("ETag", "").strip('"') or None))
+            return out
+
+        return retrying(once)
+
+    def size(self, key: str) -> int:
+        head = retrying(self._call, "read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        return int(head["ContentLength"])
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except StorageUnavailable:
+            raise
+        except StorageError as e:
+            if e.message.startswith("no such object"):
+                return False
+            raise
+        return True
+
+    def get_bytes(self, key: str) -> bytes:
+        def once() -> bytes:
+            resp = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+            return self._call("read", key, resp["Body"].read)
+
+        return retrying(once)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        retrying(self._call, "write", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        def once() -> bytes:
+            resp = self._range(key, start, end)
+            return self._call("read", key, resp["Body"].read)
+
+        return retrying(once)
+
+    def get_range_to(self, key: str, start: int, end: int, out) -> None:
+        body = self._range(key, start, end)["Body"]
+        try:
+            while chunk := self._call("read", key, body.read, amt=CHUNK):
+                out.write(chunk)
+        finally:
+            body.close()
+
+    def _range(self, key: str, start: int, end: int):
+        if not 0 <= start < end:
+            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
+        rng = f"bytes={start}-{end - 1}"  # HTTP ranges are inclusive
+        return self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key), Range=rng)
+
+    def get_file(self, key: str, dest: Path) -> None:
+        dest = Path(dest)
+        size = self.size(key)
+        if size > self.part_size:
+            download_file(self, key, dest, size=size, workers=self.workers, part_size=self.part_size)
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+
+        def once() -> None:
+            fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    if size:
+                        self.get_range_to(key, 0, size, f)
+                if os.path.getsize(tmp) != size:
+                    raise StorageUnavailable(f"short read of {self.uri(key)}: did it change while being read?")
+                os.replace(tmp, dest)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+
+        retrying(once)
+
+    def put_file(self, src: Path, key: str) -> None:
+        src = Path(src)
+        if not src.is_file():
+            raise StorageError(f"cannot upload {src}: not a file")
+        full = self._key(key)
+        # s3transfer: one PUT below part_size, else multipart in parallel; on failure it aborts the
+        # multipart upload, so nothing partial ever becomes visible under the key.
+        retrying(
+            self._call, "write", key, self.client.upload_file,
+            Filename=str(src), Bucket=self.bucket, Key=full, Config=self._transfer_config(),
+        )  # fmt: skip
+
+    def delete(self, key: str) -> None:
+        # S3 deletes are silent for missing keys already.
+        retrying(self._call, "delete", key, self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = [o.key for o in self.list(prefix)]
+        for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            batch = {"Objects": [{"Key": self.prefix + k} for k in keys[i : i + 1000]], "Quiet": True}
+            resp = retrying(self._call, "delete", prefix, self.client.delete_objects, Bucket=self.bucket, Delete=batch)
+            if resp.get("Errors"):
+                first = resp["Errors"][0]
+                raise StorageError(f"cannot delete {self.uri(first.get('Key', '')[len(self.prefix) :])}: {first.get('Code')}")
+
+
+@hookimpl
+def launchpad_register_stores(register):
+    register("s3", S3Store)
