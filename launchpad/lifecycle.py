@@ -30,6 +30,8 @@ from .provider import Provider
 from .state import StateDB
 
 POLL_SECONDS = 1.0
+STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
+MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` before giving the job back to the user
 
 
 class Reporter(Protocol):
@@ -65,6 +67,7 @@ class Lifecycle:
         self.unavailable = dict(unavailable or {})
         self.reporter = reporter or SilentReporter()
         self._provider_factory = provider_factory
+        self._auto_resumes: dict[str, int] = {}
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -223,17 +226,40 @@ class Lifecycle:
         if instance is None:
             return job
         provider = self.provider(instance.provider)
+        polls = 0
         try:
             while True:
+                polls += 1
+                if polls % STATUS_EVERY_POLLS == 0:
+                    state = provider.status(instance)
+                    if state in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
+                        self.db.set_instance_state(instance, state)
+                        self._transition(job["id"], JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
+                        return self._auto_resume(job["id"], f"instance {instance.id} was {state.value}")
                 progress = provider.progress(instance)
                 self._record_progress(job["id"], progress)
                 self.reporter.progress(job["id"], progress)
                 if not progress.running:
-                    return self._finish(job["id"], instance, progress)
+                    try:
+                        return self._finish(job["id"], instance, progress)
+                    except JobFailed as e:
+                        if progress.phase == "interrupted":  # a preemption notice: the agent saved first
+                            return self._auto_resume(job["id"], progress.error or "preempted", e)
+                        raise
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
             self._interrupt(job["id"], "interrupted by the user (Ctrl-C)")
             raise
+
+    def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> dict[str, Any]:
+        """Keep the job alive through a preemption: resume on the next offer, a bounded number of times."""
+        n = self._auto_resumes.get(job_id, 0)
+        if n >= MAX_AUTO_RESUMES:
+            raise error or JobFailed(f"{job_id}: {reason}; gave up after {n} automatic resumes; `launchpad resume {job_id}`")
+        self._auto_resumes[job_id] = n + 1
+        self._event(job_id, "auto-resume", reason=reason, attempt=n + 1)
+        self.reporter.warn(f"{job_id}: {reason}; resuming automatically ({n + 1}/{MAX_AUTO_RESUMES})")
+        return self.resume(job_id)
 
     def refresh(self, job_id: str) -> dict[str, Any]:
         """Reconcile a TRAINING job whose trainer may have ended while nobody watched (`up --detach`)."""
@@ -282,6 +308,10 @@ class Lifecycle:
         self._teardown_instance(instance)
         self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
         resume_hint = f"`launchpad resume {job_id}` continues from the newest complete checkpoint"
+        if p.phase == "interrupted":
+            reason = p.error or "interrupted on the instance"
+            self._transition(job_id, JobState.INTERRUPTED, error=reason)
+            raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
         if p.exit_code is not None and p.exit_code < 0:
             reason = f"trainer was killed by signal {-p.exit_code} at step {p.step}"
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
