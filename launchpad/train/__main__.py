@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..errors import LaunchpadError
     from .spec import JobSpec
-    from .status import StatusWriter
+    from .distributed import status_writer
     from .trainer import first_line, print_error, run
 
     try:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked dataloaders would warn and deadlock-guard
-    status = StatusWriter(spec.status_path, spec.job_id).start()
+    status = status_writer(spec.status_path, spec.job_id).start()  # the node's local rank 0 writes it
     signal.signal(signal.SIGTERM, _sigterm)
     code = 0
     try:

@@ -8,13 +8,15 @@ Order of a run (each step says what it does in the log and in status.json):
   4. train; every `checkpoint.every_steps`, on a SAVE_NOW request and at the last step, the HF
      checkpoint folder (tokenizer included) goes to the store via the uploader, then old ones are pruned.
 
-Adapters: `lora` (PEFT) and `full` here; `qlora`, DeepSpeed and multi-node hang off `build_model` /
-`training_args` in issue 4.
+Adapters (model.py): `qlora` (4-bit NF4 base + LoRA), `lora`, `full`; DeepSpeed ZeRO-2/3 from the
+recipe's config (dsconfig.py); several processes and nodes (distributed.py, started by launch.py).
+Before any of it, envcheck.py records the machine in env.json and fails fast on a mismatch.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -26,14 +28,22 @@ from typing import Any
 from ..errors import BadInput, StorageError
 from ..storage import open_store
 from ..storage.checkpoints import download_checkpoint, latest_checkpoint
+from .distributed import Ranks, node_lock
+from .dsconfig import zero_stage
+from .envcheck import check_environment, summary
+from .model import Precision, build_model, choose_optimizer, choose_precision, uses_gradient_checkpointing
+from .oom import OutOfMemory, is_oom, oom_advice
 from .spec import JobSpec
 from .status import MAX_LOSSES, StatusWriter
 
-ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+__all__ = ["build_model", "run", "training_args"]
+
 
 
 def log(msg: str) -> None:
-    print(msg, flush=True)
+    """A line in train.log, from the node's local rank 0 only (the other ranks would repeat it)."""
+    if os.environ.get("LOCAL_RANK", "0") in ("0", ""):
+        print(msg, flush=True)
 
 
 def check_store_writable(store, job_id: str) -> None:
@@ -78,54 +88,19 @@ def resolve_base_model(base_model: str, workdir: Path) -> str:
     return base_model  # a Hugging Face id; from_pretrained uses the HF cache (or HF_HUB_OFFLINE)
 
 
-def precision(recipe) -> dict[str, bool]:
-    """bf16 where the recipe allows it and the GPU supports it; fp16 on older GPUs; fp32 on CPU."""
-    import torch
+def deepspeed_config(spec: JobSpec) -> dict[str, Any] | None:
+    """The run's DeepSpeed config: the one carried in the spec, else the recipe's file or preset."""
+    if spec.deepspeed_config is not None:
+        return dict(spec.deepspeed_config)
+    if not spec.recipe.deepspeed:
+        return None
+    from .dsconfig import load_config
 
-    if recipe.bf16 is False or not torch.cuda.is_available():
-        if recipe.bf16 is True:
-            log("bf16 requested but there is no GPU here: training in fp32")
-        return {"bf16": False, "fp16": False}
-    if torch.cuda.is_bf16_supported():
-        return {"bf16": True, "fp16": False}
-    log("this GPU has no bf16: training in fp16 with loss scaling")
-    return {"bf16": False, "fp16": True}
+    return load_config(spec.recipe.deepspeed)
 
 
-def build_model(recipe, model_path: str, prec: dict[str, bool]):
-    """(model, tokenizer, peft_config or None) for the recipe's adapter."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if recipe.adapter == "qlora":
-        raise BadInput("adapter: qlora lands with issue 4; use adapter: lora or full for now")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:  # many base models ship without one; eos is the usual stand-in
-        tokenizer.pad_token = tokenizer.eos_token
-    # LoRA: the frozen base may live in bf16; full fine-tune keeps fp32 master weights (autocast does bf16).
-    dtype = torch.bfloat16 if prec["bf16"] and recipe.adapter == "lora" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-    model.config.use_cache = False  # the KV cache is for generation; it wastes memory while training
-    peft_config = None
-    if recipe.adapter == "lora":
-        from peft import LoraConfig
-
-        targets = recipe.lora_target_modules
-        if targets is None:
-            names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-            targets = [p for p in ATTENTION_PROJECTIONS if p in names] or None  # None: PEFT's per-model default
-        peft_config = LoraConfig(
-            r=recipe.lora_r,
-            lora_alpha=recipe.lora_alpha,
-            lora_dropout=recipe.lora_dropout,
-            target_modules=targets,
-            modules_to_save=recipe.lora_modules_to_save,
-            task_type="CAUSAL_LM",
-        )
-    return model, tokenizer, peft_config
-
-
-def training_args(spec: JobSpec, prec: dict[str, bool]):
+def training_args(spec: JobSpec, prec: Precision, *, ds_config: dict[str, Any] | None = None,
+                  optim: str = "adamw_torch"):
     import torch
     from trl import SFTConfig
 
@@ -133,15 +108,21 @@ def training_args(spec: JobSpec, prec: dict[str, bool]):
     max_steps = spec.total_steps_override
     # Always explicit: TRL defaults it to True. transformers 5 renamed it (the old name warns).
     name = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else "gradient_checkpointing"
-    ckpt: dict[str, Any] = {name: r.gradient_checkpointing}
-    if r.gradient_checkpointing:
+    checkpointing = uses_gradient_checkpointing(r)
+    ckpt: dict[str, Any] = {name: checkpointing}
+    if checkpointing:
         ckpt[f"{name}_kwargs"] = {"use_reentrant": False}
+    on_cpu = not torch.cuda.is_available()
     return SFTConfig(
         **ckpt,
         output_dir=str(spec.output_dir),
         per_device_train_batch_size=r.micro_batch_size,
         gradient_accumulation_steps=r.gradient_accumulation_steps,
         learning_rate=r.learning_rate,
+        lr_scheduler_type=r.lr_scheduler,
+        warmup_steps=r.warmup_steps,
+        weight_decay=r.weight_decay,
+        optim=optim,
         num_train_epochs=r.num_epochs or 1.0,
         max_steps=max_steps if max_steps is not None else -1,
         logging_steps=r.logging_steps,
@@ -150,26 +131,60 @@ def training_args(spec: JobSpec, prec: dict[str, bool]):
         save_total_limit=r.checkpoint.keep,  # local scratch only; the store is pruned separately
         seed=r.seed,
         data_seed=r.seed,
-        deepspeed=r.deepspeed,
+        deepspeed=ds_config,
         max_length=r.sequence_len,
         packing=False,
         report_to="none",
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
-        use_cpu=not torch.cuda.is_available(),
-        **prec,
+        use_cpu=on_cpu,
+        ddp_backend="gloo" if on_cpu and Ranks.from_env().distributed else None,
+        **prec.as_args(),
     )
+
+
+def _resume_checkpoint(spec: JobSpec, store, ranks: Ranks, status: StatusWriter):
+    """(ref, local folder) of the newest complete store checkpoint, or (None, None). One download per
+    machine: the node's ranks take turns on a lock and reuse a verified folder."""
+    from ..storage.checkpoints import MANIFEST
+
+    ref = latest_checkpoint(store, spec.job_id)
+    if ref is None:
+        return None, None
+    dest = spec.workdir / "resume" / ref.name
+    with node_lock(spec.workdir / ".resume.lock"):
+        if not (dest / MANIFEST).is_file():
+            download_checkpoint(store, ref, dest)
+        if ranks.is_node_main:
+            # Local checkpoint-N folders of an earlier attempt may be half-written: the store is the truth.
+            shutil.rmtree(spec.output_dir, ignore_errors=True)
+    log(f"resuming {spec.job_id} from {ref.name}")
+    made_with = _manifest_recipe_hash(dest)
+    if made_with and made_with != spec.recipe_hash:
+        log(f"warning: {ref.name} was saved by a different recipe (hash {made_with[:12]}, now {spec.recipe_hash[:12]})")
+    status.update(
+        resumed_from={"step": ref.step, "uri": ref.uri},
+        last_checkpoint={"step": ref.step, "uri": ref.uri},
+        step=ref.step,
+        **prior_losses(dest),
+    )
+    return ref, dest
 
 
 def run(spec: JobSpec, status: StatusWriter) -> int:
     """Train the job to its last step and return that step. Raises LaunchpadError (or anything else)."""
     t0 = time.monotonic()
     recipe = spec.recipe
+    ranks = Ranks.from_env()
     # The store first, before seconds of imports: an unwritable store is the cheapest failure to find.
     spec.workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(spec.checkpoint_uri)
-    check_store_writable(store, spec.job_id)
+    if ranks.is_node_main:
+        check_store_writable(store, spec.job_id)
+    ds_config = deepspeed_config(spec)
+    env = check_environment(recipe, spec.env_path, deepspeed=ds_config is not None, write=ranks.is_node_main)
+    log(summary(env))
 
     import datasets
     import transformers
@@ -178,60 +193,68 @@ def run(spec: JobSpec, status: StatusWriter) -> int:
 
     from .callbacks import make_callbacks
     from .data import build_dataset
+    from .distributed import NoUpload, make_distributed_callbacks
     from .upload import CheckpointUploader
 
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()  # one bar per map() call would flood train.log
     # TRL/PEFT read a renamed transformers attribute: a warning per run that users cannot act on.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*gradient_checkpointing_enable.*", category=FutureWarning)
     transformers.set_seed(recipe.seed)
 
-    log(f"job {spec.job_id}: base model {recipe.base_model}, adapter {recipe.adapter}")
+    where = f" on {ranks.world_size} processes ({ranks.local_world_size} per node)" if ranks.distributed else ""
+    ds_note = f", DeepSpeed ZeRO-{zero_stage(ds_config)}" if ds_config is not None else ""
+    log(f"job {spec.job_id}: base model {recipe.base_model}, adapter {recipe.adapter}{ds_note}{where}")
     model_path = resolve_base_model(recipe.base_model, spec.workdir)
-    prec = precision(recipe)
-    model, tokenizer, peft_config = build_model(recipe, model_path, prec)
+    prec = choose_precision(recipe, log=log)
+    optim = choose_optimizer(recipe, log=log)
+    model, tokenizer, peft_config = build_model(recipe, model_path, prec, log=log, zero_stage=zero_stage(ds_config))
     dataset = build_dataset(list(recipe.datasets), tokenizer, cache_dir=spec.workdir / "cache" / "datasets")
     log(f"dataset: {len(dataset)} rows from {len(recipe.datasets)} source(s)")
 
-    resume_dir = None
-    ref = latest_checkpoint(store, spec.job_id)
-    if ref is not None:
-        resume_dir = download_checkpoint(store, ref, spec.workdir / "resume" / ref.name)
-        log(f"resuming {spec.job_id} from {ref.name}")
-        made_with = _manifest_recipe_hash(resume_dir)
-        if made_with and made_with != spec.recipe_hash:
-            log(f"warning: {ref.name} was saved by a different recipe (hash {made_with[:12]}, now {spec.recipe_hash[:12]})")
-        status.update(
-            resumed_from={"step": ref.step, "uri": ref.uri},
-            last_checkpoint={"step": ref.step, "uri": ref.uri},
-            step=ref.step,
-            **prior_losses(resume_dir),
-        )
-    # Local checkpoint-N folders of an earlier attempt may be half-written: the store is the truth.
-    shutil.rmtree(spec.output_dir, ignore_errors=True)
+    ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
+    if ref is None and ranks.is_node_main:
+        shutil.rmtree(spec.output_dir, ignore_errors=True)
 
-    uploader = CheckpointUploader(
-        store,
-        spec.job_id,
-        keep=recipe.checkpoint.keep,
-        recipe_hash=spec.recipe_hash,
-        on_uploaded=lambda r: status.update(last_checkpoint={"step": r.step, "uri": r.uri}),
-        log=log,
-    )
+    if ranks.is_main:
+        uploader: Any = CheckpointUploader(
+            store,
+            spec.job_id,
+            keep=recipe.checkpoint.keep,
+            recipe_hash=spec.recipe_hash,
+            on_uploaded=lambda r: status.update(last_checkpoint={"step": r.step, "uri": r.uri}),
+            log=log,
+        )
+    else:
+        uploader = NoUpload()
+    # SAVE_NOW is per machine (its agent writes it): the node's local rank 0 watches it, the decision
+    # is shared by SyncSaveCallback. Other ranks watch a file that never appears.
+    save_now = spec.save_now_flag if ranks.is_node_main else spec.workdir / f".no-save-now-{ranks.rank}"
+    before, after = make_distributed_callbacks(ranks, store, spec.job_id, log=log)
+    args = training_args(spec, prec, ds_config=ds_config, optim=optim)
     trainer = SFTTrainer(
         model=model,
-        args=training_args(spec, prec),
+        args=args,
         train_dataset=dataset,
-        processing_class=tokenizer,
+        processing_class=tokenizer,  # saved into every checkpoint folder next to the weights
         peft_config=peft_config,
-        callbacks=make_callbacks(status, uploader, spec.save_now_flag, log=log),
+        callbacks=[*before, *make_callbacks(status, uploader, save_now, log=log), *after],
     )
     trainer.remove_callback(PrinterCallback)  # our ProgressCallback prints one line per logging step
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in trainer.model.parameters())
-    log(f"training {trainable:,} of {total:,} parameters; ready in {time.monotonic() - t0:.1f}s")
+    log(f"training {trainable:,} of {total:,} parameters ({prec.dtype}, optimizer {args.optim.value if hasattr(args.optim, 'value') else args.optim}); "
+        f"ready in {time.monotonic() - t0:.1f}s")
     t1 = time.monotonic()
-    trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
+    except BaseException as e:
+        if is_oom(e):
+            import torch
+
+            raise OutOfMemory(oom_advice(recipe, on_gpu=torch.cuda.is_available())) from e
+        raise
     uploader.close()
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1

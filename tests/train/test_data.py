@@ -152,13 +152,3 @@ def test_bad_specs_name_the_field(tmp_path, over, field):
 
     with pytest.raises(BadInput, match=field):
         JobSpec.load(_spec(tmp_path, **over))
-
-
-def test_qlora_says_when_it_lands(tmp_path):
-    pytest.importorskip("torch")
-    from launchpad.recipe import load_recipe
-    from launchpad.train.trainer import build_model
-
-    recipe = load_recipe(REPO / "recipes" / "smoke-lora.yaml", overrides={"adapter": "qlora"})
-    with pytest.raises(BadInput, match="qlora lands with issue 4"):
-        build_model(recipe, str(tmp_path), {"bf16": False, "fp16": False})
