@@ -1,0 +1,340 @@
+"""`SSHConnection`: one authenticated SSH session (through ProxyJump hops when configured).
+
+- connect: bounded retries with tenacity while a machine boots (refused, timed out, no banner yet),
+  then one clear message; authentication failures and changed host keys are never retried;
+- keepalives every 15 s, so NAT boxes keep the session and a dead peer is noticed;
+- `run(argv)` / `stream(argv)`: remote commands ONLY from argv lists, joined with `shlex.join`, so the
+  remote login shell (which must be POSIX: sh, bash, dash, zsh) sees each element as one word; secrets
+  go over stdin, never argv;
+- SFTP uploads with a progress callback, written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from ..errors import AuthError, LaunchpadError, ProviderError, TransientError
+from .hostkeys import HostKeyChanged, KnownHosts, install_policy, translate_bad_host_key
+from .target import SSHTarget
+
+log = logging.getLogger("launchpad.ssh")
+
+KEEPALIVE_S = 15
+ATTEMPT_TIMEOUT_S = 10.0
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class ConnectionLost(TransientError):
+    """The SSH connection dropped (or could not be re-established) while a command ran."""
+
+
+class RemoteCommandFailed(ProviderError):
+    """A remote command exited non-zero; `rc` is its exit status."""
+
+    def __init__(self, message: str, rc: int):
+        super().__init__(message)
+        self.rc = rc
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The remote command for `argv`: every element quoted with `shlex.quote`. Only lists/tuples of
+    str are accepted -- a pre-built string would be interpreted by the remote shell."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise TypeError("remote commands are argv lists (e.g. ['ls', '-l', path]), never strings")
+    if not argv:
+        raise ValueError("empty remote command")
+    for a in argv:
+        if not isinstance(a, str):
+            raise TypeError(f"remote command arguments must be str, got {type(a).__name__}")
+        if "\x00" in a:
+            raise ValueError("remote command arguments cannot contain NUL characters")
+    return shlex.join(argv)
+
+
+class SSHConnection:
+    """Use `SSHConnection.open(target)`; `alive` says whether it can still be used; `close()` it."""
+
+    def __init__(self, target: SSHTarget, known_hosts: KnownHosts | None = None):
+        self.target = target
+        self.known_hosts = known_hosts or KnownHosts()
+        self._clients: list = []  # jump hosts first, the target last
+        self._sftp = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, target: SSHTarget, known_hosts: KnownHosts | None = None) -> "SSHConnection":
+        conn = cls(target, known_hosts)
+        conn.connect()
+        return conn
+
+    # -- connecting ------------------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Connect, retrying transient failures for up to `target.connect_timeout` seconds."""
+        import paramiko
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+        self.close()
+        start = time.monotonic()
+        total = max(0.5, self.target.connect_timeout)
+        retrying = Retrying(
+            stop=stop_after_delay(total),
+            wait=wait_exponential(multiplier=0.25, min=0.25, max=4),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    left = total - (time.monotonic() - start)
+                    self._connect_chain(max(1.0, min(ATTEMPT_TIMEOUT_S, left)))
+        except paramiko.BadHostKeyException as e:
+            self.close()
+            raise translate_bad_host_key(self._failed_hop or self.target, self.known_hosts, e) from None
+        except paramiko.AuthenticationException as e:
+            self.close()
+            hop = self._failed_hop or self.target
+            key = hop.key_path or "ssh-agent keys"
+            raise AuthError(
+                f"ssh: authentication failed for {hop.label} with {key}: {_reason(e)}",
+                provider=None,
+                hint=f"add the public key ({key}.pub) to ~{hop.user}/.ssh/authorized_keys on the host"
+                if hop.key_path else "set `key:` in hosts.yaml",
+            ) from None
+        except LaunchpadError:  # a bad key file, a changed host key: nothing a retry would fix
+            self.close()
+            raise
+        except Exception as e:  # retries exhausted on a transient error
+            self.close()
+            hop = self._failed_hop or self.target
+            raise ProviderError(
+                f"ssh: cannot reach {hop.label} within {total:.0f} s: {_reason(e)}",
+                hint="is the machine up and sshd listening there? check address and port",
+            ) from None
+
+    _failed_hop: SSHTarget | None = None
+
+    def _connect_chain(self, timeout: float) -> None:
+        import paramiko
+
+        from .keys import load_private_key
+
+        self.close()
+        sock = None
+        for hop in (*self.target.jumps, self.target):
+            self._failed_hop = hop
+            if self._clients:  # tunnel through the previous hop
+                transport = self._clients[-1].get_transport()
+                sock = transport.open_channel("direct-tcpip", (hop.host, hop.port), ("127.0.0.1", 0), timeout=timeout)
+            client = paramiko.SSHClient()
+            install_policy(client, hop, self.known_hosts)
+            pkey = load_private_key(hop.key_path) if hop.key_path else None
+            self._clients.append(client)
+            client.connect(
+                hop.host, hop.port, username=hop.user, pkey=pkey, allow_agent=hop.allow_agent,
+                look_for_keys=False, timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                channel_timeout=timeout, sock=sock,
+            )
+            client.get_transport().set_keepalive(KEEPALIVE_S)
+        self._failed_hop = None
+
+    @property
+    def alive(self) -> bool:
+        if not self._clients:
+            return False
+        transport = self._clients[-1].get_transport()
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:
+                pass
+            self._sftp = None
+        for client in reversed(self._clients):
+            try:
+                client.close()
+            except Exception:
+                pass
+        self._clients = []
+
+    def __enter__(self) -> "SSHConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- commands --------------------------------------------------------------------------------------
+    def _session(self):
+        if not self.alive:
+            raise ConnectionLost(f"ssh: connection to {self.target.label} is closed")
+        try:
+            return self._clients[-1].get_transport().open_session(timeout=ATTEMPT_TIMEOUT_S)
+        except Exception as e:
+            raise ConnectionLost(f"ssh: connection to {self.target.label} failed: {_reason(e)}") from None
+
+    def run(self, argv: Sequence[str], *, stdin: bytes | str | None = None, timeout: float | None = 300,
+            check: bool = True) -> Result:
+        """Run `argv` on the host and wait for it. `stdin` (e.g. secrets as JSON) is sent over the
+        channel and never appears in a command line or an error message. Raises ConnectionLost when the
+        connection drops, TransientError on `timeout`, ProviderError for a non-zero exit with `check`."""
+        cmd = command_line(argv)
+        chan = self._session()
+        try:
+            chan.settimeout(timeout)
+            chan.exec_command(cmd)
+            if stdin is not None:
+                chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            chan.shutdown_write()
+            err: list[bytes] = []
+            reader = threading.Thread(target=lambda: err.append(_read_all(chan.makefile_stderr("rb"))), daemon=True)
+            reader.start()
+            out = _read_all(chan.makefile("rb"))
+            reader.join(timeout)
+            rc = chan.recv_exit_status()
+        except socket.timeout:
+            raise TransientError(f"ssh: `{argv[0]}` on {self.target.label} did not finish within {timeout:.0f} s") from None
+        except (EOFError, OSError) as e:
+            raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
+        finally:
+            chan.close()
+        if rc == -1 and not self.alive:
+            raise ConnectionLost(f"ssh: connection to {self.target.label} dropped while `{argv[0]}` ran")
+        result = Result(rc, out.decode("utf-8", "replace"), (err[0] if err else b"").decode("utf-8", "replace"))
+        if check and rc != 0:
+            tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
+            raise RemoteCommandFailed(f"ssh: `{_short(argv)}` on {self.target.label} exited {rc}: {' | '.join(tail)}", rc)
+        return result
+
+    def stream(self, argv: Sequence[str], *, idle_check_s: float = 30) -> Iterator[bytes]:
+        """Yield `argv`'s stdout as it arrives. Ends when the command ends (ProviderError if it failed);
+        raises ConnectionLost when the connection drops."""
+        cmd = command_line(argv)
+        chan = self._session()
+        err: list[bytes] = []
+        try:
+            chan.exec_command(cmd)
+            chan.shutdown_write()
+            threading.Thread(target=lambda: err.append(_read_all(chan.makefile_stderr("rb"))), daemon=True).start()
+            chan.settimeout(idle_check_s)
+            while True:
+                try:
+                    data = chan.recv(65536)
+                except socket.timeout:
+                    if not self.alive:
+                        raise ConnectionLost(f"ssh: connection to {self.target.label} dropped") from None
+                    continue
+                except (EOFError, OSError) as e:
+                    raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
+                if not data:
+                    break
+                yield data
+            rc = chan.recv_exit_status()
+        finally:
+            chan.close()
+        if rc == -1 or not self.alive:
+            if not self.alive:
+                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped while `{argv[0]}` ran")
+        if rc != 0:
+            tail = (err[0] if err else b"").decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise RemoteCommandFailed(f"ssh: `{_short(argv)}` on {self.target.label} exited {rc}: {' | '.join(tail)}", rc)
+
+    # -- files -----------------------------------------------------------------------------------------
+    def sftp(self):
+        if self._sftp is None or not self.alive:
+            if not self.alive:
+                raise ConnectionLost(f"ssh: connection to {self.target.label} is closed")
+            self._sftp = self._clients[-1].open_sftp()
+        return self._sftp
+
+    def remote_size(self, path: str) -> int | None:
+        """Size of a remote file, None if it does not exist."""
+        try:
+            return self.sftp().stat(path).st_size
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if getattr(e, "errno", None) == 2:
+                return None
+            raise
+
+    def put_file(self, local: str | os.PathLike, remote: str, *, progress: Progress | None = None,
+                 mode: int | None = None) -> int:
+        """Upload `local` to `remote` (through a temporary name, renamed into place when complete, so a
+        reader never sees half a file). Returns the bytes sent."""
+        local = Path(local)
+        size = local.stat().st_size
+        tmp = f"{remote}.part-{os.getpid()}"
+        sftp = self.sftp()
+        try:
+            with open(local, "rb") as f:
+                sftp.putfo(f, tmp, size, callback=progress, confirm=True)
+            if mode is not None:
+                sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, remote)
+        except (EOFError, OSError) as e:
+            if not self.alive:
+                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped during upload") from None
+            raise ProviderError(f"ssh: uploading {local.name} to {self.target.label}:{remote} failed: {_reason(e)}") from None
+        return size
+
+    def put_bytes(self, data: bytes, remote: str, *, mode: int = 0o600) -> None:
+        """Write small `data` to `remote` atomically (temporary name + rename), file mode `mode`."""
+        tmp = f"{remote}.part-{os.getpid()}"
+        sftp = self.sftp()
+        try:
+            with sftp.open(tmp, "wb") as f:
+                f.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, remote)
+        except (EOFError, OSError) as e:
+            if not self.alive:
+                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped during upload") from None
+            raise ProviderError(f"ssh: writing {posixpath.basename(remote)} on {self.target.label} failed: {_reason(e)}") from None
+
+
+def _read_all(f) -> bytes:
+    chunks = []
+    while True:
+        data = f.read(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def _retryable(e: BaseException) -> bool:
+    import paramiko
+
+    if isinstance(e, (paramiko.BadHostKeyException, paramiko.AuthenticationException, HostKeyChanged, AuthError)):
+        return False
+    if isinstance(e, LaunchpadError):
+        return False
+    return isinstance(e, (OSError, EOFError, paramiko.SSHException))
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
+def _short(argv: Sequence[str]) -> str:
+    """First words of a command for messages (not the whole thing: arguments may be long)."""
+    shown = " ".join(argv[:3])
+    return shown if len(shown) <= 80 else shown[:77] + "..."

@@ -1,0 +1,185 @@
+"""The host side of the SSH transport: ``python -m launchpad.ssh.remote COMMAND WORKDIR ...``.
+
+Runs ON the instance from the installed launchpad wheel (stdlib + launchpad.agent only: no paramiko,
+no torch), so every client-side operation is one SSH round trip that prints one JSON line:
+
+    launch WORKDIR        read {"NAME": "value"} from stdin (the recipe's resolved env, possibly
+                          secrets: never on disk or in argv), start the agent detached with it
+                          (new session, output to agent.log) unless one already runs -> {"pid", "already"}
+    progress WORKDIR      status.json + agent liveness + trainer.exit -> {"status", "running", "exit_code"}
+    tail WORKDIR          the trainer log from --offset bytes on; with --follow, until the agent exits
+    stop WORKDIR          SIGTERM the agent's process group (and the trainer), SIGKILL after --grace s
+    latest WORKDIR        the newest complete checkpoint of the job in its store -> CheckpointRef or null
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launchpad.agent import FILES, pid_alive
+
+
+def _print(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def launch(workdir: Path) -> int:
+    raw = sys.stdin.read()
+    env_extra = json.loads(raw) if raw.strip() else {}
+    if not isinstance(env_extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_extra.items()):
+        sys.stderr.write("launch: stdin must be a JSON object of strings\n")
+        return 2
+    if pid := pid_alive(workdir / FILES["agent_pid"]):
+        _print({"pid": pid, "already": True})
+        return 0
+    (workdir / FILES["exit"]).unlink(missing_ok=True)
+    env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+    with open(workdir / "agent.log", "ab") as log:
+        # argv list, no shell; a new session so the agent outlives this SSH session and its hang-ups
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launchpad.agent", "--workdir", str(workdir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
+            start_new_session=True, close_fds=True,
+        )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # the agent records its pid first thing
+        if pid_alive(workdir / FILES["agent_pid"]) == proc.pid or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if proc.poll() is not None and proc.returncode != 0 and not (workdir / FILES["exit"]).exists():
+        sys.stderr.write(f"launch: the agent exited with {proc.returncode} at once; see {workdir}/agent.log\n")
+        return 1
+    _print({"pid": proc.pid, "already": False})
+    return 0
+
+
+def progress(workdir: Path) -> int:
+    try:
+        status = json.loads((workdir / FILES["status"]).read_text())
+        if not isinstance(status, dict):
+            status = {}
+    except (OSError, ValueError):
+        status = {}
+    exit_code = _read_int(workdir / FILES["exit"])
+    agent_alive = pid_alive(workdir / FILES["agent_pid"]) is not None
+    # the job runs until the agent reports a final phase (uploads drained), not merely until the trainer
+    # exits; afterwards the agent may stay for its idle watchdog (same rule as the local provider)
+    running = agent_alive and not status.get("finished")
+    if not agent_alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
+        exit_code = exit_code if exit_code not in (None, 0) else -int(signal.SIGKILL)  # the agent died mid-job
+    _print({"status": status, "running": running, "exit_code": exit_code,
+            "autostopped": (workdir / "autostopped.json").exists()})
+    return 0
+
+
+def _job_running(workdir: Path) -> bool:
+    if pid_alive(workdir / FILES["agent_pid"]) is None:
+        return False
+    try:
+        return not json.loads((workdir / FILES["status"]).read_text()).get("finished")
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def tail(workdir: Path, offset: int, follow: bool) -> int:
+    path = workdir / FILES["log"]
+    out = sys.stdout.buffer
+    while follow and not path.exists() and _job_running(workdir):
+        time.sleep(0.2)
+    if not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while True:
+            data = f.read(65536)
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            if not follow or not _job_running(workdir):
+                rest = f.read()  # written between the last read and the job's end
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                return 0
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def stop(workdir: Path, grace: float) -> int:
+    pids = [p for p in (pid_alive(workdir / FILES["agent_pid"]), pid_alive(workdir / FILES["trainer_pid"])) if p]
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pid:  # the agent leads its own session: its trainer goes with it
+                os.killpg(pid, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    _print({"stopped": pids})
+    return 0
+
+
+def latest(workdir: Path) -> int:
+    from launchpad.storage import open_store
+    from launchpad.storage.checkpoints import latest_checkpoint
+
+    spec = json.loads((workdir / FILES["spec"]).read_text())
+    ref = latest_checkpoint(open_store(spec["checkpoint_uri"]), spec["job_id"])
+    _print(None if ref is None else {"uri": ref.uri, "step": ref.step, "files": ref.files, "bytes": ref.bytes})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launchpad.ssh.remote")
+    parser.add_argument("command", choices=("launch", "progress", "tail", "stop", "latest"))
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--follow", action="store_true")
+    parser.add_argument("--grace", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    workdir = args.workdir
+    if args.command == "launch":
+        return launch(workdir)
+    if args.command == "progress":
+        return progress(workdir)
+    if args.command == "tail":
+        return tail(workdir, args.offset, args.follow)
+    if args.command == "stop":
+        return stop(workdir, args.grace)
+    return latest(workdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

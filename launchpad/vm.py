@@ -1,0 +1,358 @@
+"""`VMProvider`: the base for "a Linux machine you SSH into" (the SSH provider and most GPU clouds).
+
+It implements `sync`, `train`, `progress`, `logs` and `checkpoint` over SSH (launchpad.ssh), so a
+cloud subclass adds only `offers`, `provision`, `teardown`, `status`, `instances` and `ssh_target`.
+
+On the instance, everything lives under one root (default ``~/.launchpad`` of the login user)::
+
+    <root>/wheels/launchpad-<version>+g<hash>-py3-none-any.whl   content-addressed: sent once per code version
+    <root>/venvs/<key>/           one venv per host interpreter, reused while the wheel is unchanged
+    <root>/jobs/<instance id>/    the agent's work directory (job.json, recipe.yaml, inputs/, train.log, ...)
+
+The agent is started detached (in a ``systemd-run --user --scope`` when the host has a user systemd,
+else in a new session), so it survives the SSH session, the client and its network. The recipe's env
+(possibly secrets) reaches it over the SSH channel's stdin only (see launchpad.ssh.remote `launch`).
+
+Checkpoints: the job spec's `checkpoint_uri` is opened ON THE INSTANCE. A ``file://`` URI is therefore a
+path on the remote machine (fine when it is this machine, as in tests); real remote machines want
+``s3://``, ``gs://`` or ``az://``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import re
+import time
+from abc import abstractmethod
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterator
+
+from .errors import ProviderError
+from .models import Bundle, CheckpointRef, Instance, JobProgress, TrainHandle
+from .provider import Provider
+
+log = logging.getLogger("launchpad.ssh")
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Runs the launchpad helper with the venv's python, or exits 99 when that venv does not exist (yet).
+_GUARD = 'test -x "$1" || exit 99; exec "$@"'
+_HELPER_MISSING = 99
+
+TransferProgress = Callable[[str, int, int], None]  # (what, bytes done, bytes total)
+
+
+class VMProvider(Provider):
+    """Sync/train/progress/logs/checkpoint over SSH. Subclasses implement `ssh_target` plus the
+    lifecycle methods of `Provider` that create and destroy machines."""
+
+    #: where launchpad keeps its files on the instance; relative = under the login user's home
+    default_root: ClassVar[str] = "~/.launchpad"
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self._conns: dict[str, Any] = {}
+        self._roots: dict[str, str] = {}
+        #: called during uploads; the CLI can draw a progress bar with it
+        self.transfer_progress: TransferProgress | None = None
+        #: what the last sync did (wheel sent or cached, venv reused or installed, files, bytes)
+        self.last_sync: dict[str, Any] = {}
+
+    # -- for subclasses ----------------------------------------------------------------------------------
+    @abstractmethod
+    def ssh_target(self, instance: Instance):
+        """The `launchpad.ssh.target.SSHTarget` to reach `instance` (address, user, key, pinned host key)."""
+
+    def remote_python(self, instance: Instance) -> str:
+        """The interpreter on the instance the venv is created from."""
+        return instance.data.get("python") or self.config.get("python") or "python3"
+
+    def remote_root(self, instance: Instance) -> str:
+        return instance.data.get("root") or self.config.get("root") or self.default_root
+
+    def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
+        """Extra keys for the instance's job.json (e.g. the self-stop command for the idle watchdog)."""
+        return {}
+
+    def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
+        """The store the instance's trainer writes to: the job spec's, unless a subclass knows better
+        (e.g. a host with its own store when the recipe names none)."""
+        return spec_uri
+
+    def known_hosts(self):
+        from .ssh.hostkeys import KnownHosts
+
+        return KnownHosts(self.config.get("known_hosts"))
+
+    # -- connections -------------------------------------------------------------------------------------
+    def connection(self, instance: Instance):
+        """A live SSHConnection to `instance` (cached; reconnected when it dropped)."""
+        from .ssh.connection import SSHConnection
+
+        conn = self._conns.get(instance.id)
+        if conn is not None and conn.alive:
+            return conn
+        if conn is not None:
+            conn.close()
+        conn = SSHConnection.open(self.ssh_target(instance), self.known_hosts())
+        self._conns[instance.id] = conn
+        return conn
+
+    def drop_connection(self, instance: Instance) -> None:
+        conn = self._conns.pop(instance.id, None)
+        if conn is not None:
+            conn.close()
+
+    def _call(self, instance: Instance, fn: Callable[[Any], Any]) -> Any:
+        """fn(connection), once more on a fresh connection if the first one dropped (fn must be idempotent)."""
+        from .ssh.connection import ConnectionLost
+
+        try:
+            return fn(self.connection(instance))
+        except ConnectionLost as e:
+            log.info("%s; reconnecting", e)
+            self.drop_connection(instance)
+            return fn(self.connection(instance))
+
+    # -- paths on the instance ---------------------------------------------------------------------------
+    def root(self, instance: Instance) -> str:
+        """The absolute root directory on the instance (created if missing)."""
+        if instance.id in self._roots:
+            return self._roots[instance.id]
+        root = self.remote_root(instance)
+        if not root.startswith("/"):
+            root = self._call(instance, lambda c: resolve_root(c, root))
+        self._roots[instance.id] = root
+        return root
+
+    def workdir(self, instance: Instance) -> str:
+        if not _SAFE_ID.match(instance.id):
+            raise ProviderError(f"instance id {instance.id!r} cannot name a directory", provider=self.name)
+        return f"{self.root(instance)}/jobs/{instance.id}"
+
+    def venv_dir(self, instance: Instance) -> str:
+        key = hashlib.sha256(self.remote_python(instance).encode()).hexdigest()[:12]
+        return f"{self.root(instance)}/venvs/{key}"
+
+    def venv_python(self, instance: Instance) -> str:
+        return f"{self.venv_dir(instance)}/bin/python"
+
+    def _helper(self, instance: Instance, *args: str, stdin: str | None = None, timeout: float = 120):
+        """Run ``python -m launchpad.ssh.remote ARGS`` in the instance's venv: its JSON line, or None
+        when the venv does not exist (nothing was synced, so nothing runs there)."""
+        argv = ["sh", "-c", _GUARD, "sh", self.venv_python(instance), "-m", "launchpad.ssh.remote", *args]
+        res = self._call(instance, lambda c: c.run(argv, stdin=stdin, timeout=timeout, check=False))
+        if res.rc == _HELPER_MISSING:
+            return None
+        if res.rc != 0:
+            tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
+            raise ProviderError(f"{instance.id}: launchpad helper `{args[0]}` failed ({res.rc}): {tail}", provider=self.name)
+        lines = res.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+
+    # -- sync --------------------------------------------------------------------------------------------
+    def sync(self, instance: Instance, bundle: Bundle) -> None:
+        from .ssh.connection import ConnectionLost
+
+        try:
+            self._sync(instance, bundle)
+        except ConnectionLost as e:  # resumable: the wheel and files already sent are not sent again
+            log.info("%s; reconnecting to finish the sync", e)
+            self.drop_connection(instance)
+            self._sync(instance, bundle)
+
+    def _sync(self, instance: Instance, bundle: Bundle) -> None:
+        from .wheel import build_wheel
+
+        conn = self.connection(instance)
+        root, workdir = self.root(instance), self.workdir(instance)
+        stats: dict[str, Any] = {"files": 0, "bytes": 0}
+        conn.run(["mkdir", "-p", "--", f"{workdir}/inputs", f"{root}/wheels", f"{root}/venvs"])
+
+        wheel = build_wheel()
+        remote_wheel = f"{root}/wheels/{wheel.name}"
+        if conn.remote_size(remote_wheel) == wheel.stat().st_size:  # the name carries the content hash
+            stats["wheel"] = "cached"
+        else:
+            stats["bytes"] += conn.put_file(wheel, remote_wheel, progress=self._progress(wheel.name), mode=0o644)
+            stats["wheel"] = "sent"
+
+        source = resources.files("launchpad.ssh").joinpath("venv_setup.py").read_text(encoding="utf-8")
+        res = conn.run([self.remote_python(instance), "-", self.venv_dir(instance), remote_wheel],
+                       stdin=source, timeout=3600, check=False)
+        if res.rc != 0:
+            tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
+            raise ProviderError(f"{instance.id}: preparing the Python environment failed: {tail}", provider=self.name,
+                                hint="set `python:` to an interpreter with venv support (Python >= 3.10)")
+        stats["venv"] = json.loads(res.stdout.strip().splitlines()[-1])["action"]
+
+        recipe = json.loads(json.dumps(dict(bundle.job_spec).get("recipe") or {}))  # a deep copy
+        inputs = f"{workdir}/inputs"
+        for i, ds in enumerate(recipe.get("datasets") or []):
+            if _is_local(ds.get("path")):
+                ds["path"] = self._push(conn, Path(ds["path"]), f"{inputs}/dataset-{i}", stats)
+        if _is_local(recipe.get("base_model")) and Path(recipe["base_model"]).is_dir():
+            recipe["base_model"] = self._push(conn, Path(recipe["base_model"]), f"{inputs}/model", stats)
+        if _is_local(recipe.get("deepspeed")):
+            recipe["deepspeed"] = self._push(conn, Path(recipe["deepspeed"]), f"{inputs}/deepspeed", stats)
+
+        spec = {**bundle.job_spec, "recipe": recipe, "workdir": workdir, "status_path": f"{workdir}/status.json",
+                **self.job_spec_extras(instance)}
+        spec["checkpoint_uri"] = self.checkpoint_uri(instance, spec.get("checkpoint_uri"),
+                                                     (recipe.get("checkpoint") or {}).get("uri"))
+        # never the resolved env: secrets stay in memory and travel over stdin at `train`
+        conn.put_bytes(json.dumps(spec, indent=2).encode(), f"{workdir}/job.json")
+        conn.put_bytes(bundle.recipe_text.encode(), f"{workdir}/recipe.yaml")
+        self.last_sync = stats
+        log.info("synced %s: wheel %s, venv %s, %d files (%d bytes) sent",
+                 instance.id, stats["wheel"], stats["venv"], stats["files"], stats["bytes"])
+
+    def _progress(self, what: str):
+        cb = self.transfer_progress
+        return (lambda done, total: cb(what, done, total)) if cb else None
+
+    def _push(self, conn, local: Path, remote_dir: str, stats: dict) -> str:
+        """Upload a local file or folder into `remote_dir`; returns its remote path. A file whose remote
+        copy has the same size and mtime is skipped (rsync's quick check), so a re-sync is cheap."""
+        if local.is_file():
+            target = f"{remote_dir}/{local.name}"
+            pairs = [(local, target)]
+        else:
+            target = f"{remote_dir}/{local.name}"
+            pairs = [(p, f"{target}/{p.relative_to(local).as_posix()}") for p in sorted(local.rglob("*")) if p.is_file()]
+        dirs = sorted({posixpath.dirname(r) for _, r in pairs} | {remote_dir, target if local.is_dir() else remote_dir})
+        for i in range(0, len(dirs), 200):  # bounded command lines for folders with many subfolders
+            conn.run(["mkdir", "-p", "--", *dirs[i:i + 200]])
+        sftp = conn.sftp()
+        for path, remote in pairs:
+            st = path.stat()
+            try:
+                rst = sftp.stat(remote)
+                if rst.st_size == st.st_size and int(rst.st_mtime or 0) == int(st.st_mtime):
+                    continue
+            except OSError:
+                pass
+            stats["bytes"] += conn.put_file(path, remote, progress=self._progress(path.name), mode=0o644)
+            sftp.utime(remote, (int(st.st_atime), int(st.st_mtime)))
+            stats["files"] += 1
+        return target
+
+    # -- train / progress / logs / checkpoint -----------------------------------------------------------
+    def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
+        argv = ["launch", self.workdir(instance)]
+        prefix = self._detach_prefix(instance)
+        env = json.dumps(dict(bundle.env))
+        if prefix:
+            full = [*prefix, self.venv_python(instance), "-m", "launchpad.ssh.remote", *argv]
+            res = self._call(instance, lambda c: c.run(full, stdin=env, timeout=60))
+            out = json.loads(res.stdout.strip().splitlines()[-1])
+        else:
+            out = self._helper(instance, *argv, stdin=env, timeout=60)
+            if out is None:
+                raise ProviderError(f"{instance.id}: not synced yet (no launchpad venv on the host)", provider=self.name)
+        return TrainHandle(instance.id, out.get("pid"), time.time())
+
+    def _detach_prefix(self, instance: Instance) -> list[str]:
+        """``systemd-run --user --scope`` when the host has a user systemd (the agent then survives
+        logind's KillUserProcesses at logout); otherwise [] and the helper's new session does it."""
+        if self.config.get("systemd") is False:
+            return []
+        probe = ["systemd-run", "--user", "--scope", "--quiet", "true"]
+        res = self._call(instance, lambda c: c.run(probe, check=False, timeout=30))
+        if res.rc != 0:
+            return []
+        unit = f"launchpad-{instance.id}-{int(time.time())}"
+        return ["systemd-run", "--user", "--scope", "--quiet", "--collect", f"--unit={unit}"]
+
+    def progress(self, instance: Instance) -> JobProgress:
+        out = self._helper(instance, "progress", self.workdir(instance))
+        if not out:
+            return JobProgress()
+        return JobProgress.from_status(out.get("status") or {}, running=bool(out.get("running")),
+                                       exit_code=out.get("exit_code"))
+
+    def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
+        """The trainer log's lines. With `follow`, a dropped connection is re-established (bounded by
+        the target's connect timeout) and the log continues from the last complete line."""
+        from .ssh.connection import ConnectionLost, RemoteCommandFailed
+
+        offset, pending = 0, b""
+        while True:
+            argv = ["sh", "-c", _GUARD, "sh", self.venv_python(instance), "-m", "launchpad.ssh.remote", "tail",
+                    self.workdir(instance), "--offset", str(offset), *(["--follow"] if follow else [])]
+            try:
+                for chunk in self.connection(instance).stream(argv):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        offset += len(line) + 1
+                        yield line.decode("utf-8", "replace")
+            except ConnectionLost as e:
+                if not follow:
+                    raise
+                log.warning("%s; reconnecting to follow the log from byte %d", e, offset)
+                self.drop_connection(instance)
+                pending = b""
+                continue
+            except RemoteCommandFailed as e:
+                if e.rc == _HELPER_MISSING:
+                    return  # nothing was synced: there is no log
+                raise
+            if pending:
+                yield pending.decode("utf-8", "replace")
+            return
+
+    def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
+        p = self.progress(instance)
+        if p.running:
+            before = p.step
+            save_now = f"{self.workdir(instance)}/SAVE_NOW"
+            self._call(instance, lambda c: c.run(["touch", "--", save_now]))
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                p = self.progress(instance)
+                if (p.last_checkpoint_step or -1) >= before or not p.running:
+                    break
+                time.sleep(0.5)
+            else:
+                raise ProviderError(f"{instance.id}: no checkpoint within {timeout:.0f} s", provider=self.name)
+        return self.latest_checkpoint(instance)
+
+    def latest_checkpoint(self, instance: Instance) -> CheckpointRef | None:
+        """The newest complete checkpoint of the instance's job, looked up where the store is: on the
+        instance for file:// (its path is a remote one), from here for object stores."""
+        out = self._helper(instance, "latest", self.workdir(instance))
+        return CheckpointRef(**out) if out else None
+
+    # -- for teardown ------------------------------------------------------------------------------------
+    def stop_agent(self, instance: Instance, grace: float = 10.0) -> None:
+        """SIGTERM the agent and trainer on the instance, SIGKILL after `grace` s. Silent if none runs."""
+        self._helper(instance, "stop", self.workdir(instance), "--grace", str(grace), timeout=grace + 60)
+
+    def clean_workdir(self, instance: Instance) -> None:
+        workdir = self.workdir(instance)
+        root = self.root(instance)
+        if not workdir.startswith(f"{root}/jobs/") or ".." in workdir.split("/"):
+            raise ProviderError(f"refusing to delete {workdir}: not a launchpad job directory", provider=self.name)
+        self._call(instance, lambda c: c.run(["rm", "-rf", "--", workdir]))
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+
+def resolve_root(conn, root: str) -> str:
+    """Create `root` on the host and return it absolute (``~/x`` and relative paths are under the
+    login user's home, where SSH sessions start)."""
+    rel = root[2:] if root.startswith("~/") else ("." if root == "~" else root)
+    res = conn.run(["sh", "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd -P', "sh", rel])
+    return res.stdout.strip().splitlines()[-1]
+
+
+def _is_local(value: Any) -> bool:
+    return isinstance(value, str) and "://" not in value and os.path.isabs(value) and os.path.exists(value)

@@ -1,0 +1,291 @@
+"""The `ssh` provider: machines you already have (on-prem boxes, rented Lambda/Vast/... hosts), listed in
+``hosts.yaml`` in launchpad's config dir (see launchpad_ssh.hosts for the format).
+
+Each host is one `Offer`. "Provisioning" claims a free host: an atomic ``mkdir <root>/claim`` on the
+host, with ``owner.json`` (job, token, instance) inside, so two jobs never share a host's GPUs, and
+`instances()` finds claimed hosts by that lock even when the local state is gone. Teardown stops the
+agent, deletes the job's directory and releases the claim; all of it idempotent.
+
+`autostop.action: stop` on an SSH host runs the host's `stop_command` (e.g. the cloud's own stop CLI,
+or ``[sudo, shutdown, -h, now]``) when one is configured; otherwise the host is only released (we
+cannot power off a machine we do not own). Instance.data["autostop"] says which.
+Sync/train/progress/logs/checkpoint come from `launchpad.vm.VMProvider`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from launchpad.errors import AuthError, ConfigError, LaunchpadError, NoCapacity, ProviderError
+from launchpad.models import (
+    JOB_TAG,
+    Capability,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    Offer,
+    TeardownMode,
+)
+from launchpad.plugins import hookimpl
+from launchpad.ssh.hostkeys import HostKeyChanged
+from launchpad.vm import VMProvider, resolve_root
+
+from .hosts import Host, HostsFile, load_hosts
+
+log = logging.getLogger("launchpad.ssh")
+
+_CLAIM = r"""
+root=$1 owner=$2
+mkdir -p -- "$root" || exit 3
+if mkdir -- "$root/claim" 2>/dev/null; then
+  printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" && mv -f -- "$root/claim/owner.json.tmp" "$root/claim/owner.json" || { rm -rf -- "$root/claim"; exit 4; }
+  echo claimed; exit 0
+fi
+if [ -f "$root/claim/owner.json" ]; then echo held; cat -- "$root/claim/owner.json"; exit 0; fi
+now=$(date +%s); made=$(stat -c %Y -- "$root/claim" 2>/dev/null || echo "$now")
+if [ $((now - made)) -gt 60 ]; then rm -rf -- "$root/claim"; echo stale; exit 0; fi
+echo busy
+"""
+_READ_CLAIM = 'cat -- "$1/claim/owner.json" 2>/dev/null || true'
+
+
+@hookimpl
+def launchpad_register_providers(register):
+    register(SSHProvider)
+
+
+class SSHProvider(VMProvider):
+    name = "ssh"
+    unsupported = {
+        Capability.SPOT: "hosts in hosts.yaml are yours: there is no spot market",
+        Capability.MULTI_NODE: "multi-node over SSH needs the multi-node trainer (not built yet)",
+    }
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self._hosts: tuple[float, HostsFile] | None = None
+
+    # -- configuration -----------------------------------------------------------------------------------
+    @property
+    def hosts_path(self) -> Path:
+        from launchpad.settings import config_dir
+
+        return Path(self.config.get("hosts_file") or config_dir() / "hosts.yaml")
+
+    def hosts(self) -> HostsFile:
+        path = self.hosts_path
+        mtime = path.stat().st_mtime if path.exists() else 0.0
+        if self._hosts is None or self._hosts[0] != mtime:
+            self._hosts = (mtime, load_hosts(path))
+        return self._hosts[1]
+
+    def host(self, name: str) -> Host | None:
+        return next((h for h in self.hosts().hosts if h.name == name), None)
+
+    def default_key_path(self) -> Path:
+        from launchpad.settings import config_dir
+
+        return Path(self.config.get("key") or config_dir() / "ssh" / "id_ed25519")
+
+    def check(self) -> str | None:
+        try:
+            import paramiko  # noqa: F401
+        except ImportError:
+            return "paramiko is not installed (pip install launchpad-ssh)"
+        try:
+            hosts = self.hosts().hosts
+        except ConfigError as e:
+            return str(e).splitlines()[0]
+        if not hosts:
+            return f"no hosts: list your machines in {self.hosts_path} (name, address, user, gpus; see README)"
+        return None
+
+    def default_checkpoint_uri(self) -> str | None:
+        """hosts.yaml's top-level `checkpoint_uri`, else config.yaml's, else the hosts' own when they
+        all name the same one; None otherwise (a file:// default would be a path on the remote host)."""
+        try:
+            hf = self.hosts()
+        except ConfigError:
+            return None
+        if hf.checkpoint_uri or self.config.get("checkpoint_uri"):
+            return hf.checkpoint_uri or self.config.get("checkpoint_uri")
+        own = {h.checkpoint_uri for h in hf.hosts}
+        return own.pop() if len(own) == 1 else None
+
+    def offers(self) -> list[Offer]:
+        out = []
+        for h in self.hosts().hosts:
+            g = h.gpu_info
+            out.append(Offer(
+                provider=self.name, instance_type=h.name, region=h.region, gpu=g.name, gpu_count=g.count,
+                gpu_memory_gb=g.memory_gb, vcpus=h.vcpus, memory_gb=h.memory_gb, price_per_hour=h.price_per_hour,
+                nvme_gb=h.nvme_gb, cuda=h.cuda,
+            ))
+        return out
+
+    # -- reaching a host ----------------------------------------------------------------------------------
+    def target_for(self, host: Host, *, timeout: float | None = None):
+        from launchpad.ssh.keys import ensure_keypair
+        from launchpad.ssh.target import resolve_target
+
+        default_key = self.default_key_path()
+        target = resolve_target(
+            host.name, host.address, port=host.port, user=host.user, key_path=host.key, host_key=host.host_key,
+            proxy_jump=host.proxy_jump, ssh_config=self.config.get("ssh_config"), default_key=str(default_key),
+            connect_timeout=timeout or host.connect_timeout,
+        )
+        if target.key_path == str(default_key) and not default_key.exists():
+            pub = ensure_keypair(default_key, comment="launchpad")
+            log.warning("ssh: generated launchpad's key %s; add its public key to ~/.ssh/authorized_keys on "
+                        "your hosts: %s", default_key, pub)
+        return target
+
+    def ssh_target(self, instance: Instance):
+        host = self.host(instance.data.get("host", ""))
+        if host is None:
+            raise ProviderError(f"{instance.id}: host {instance.data.get('host')!r} is no longer in {self.hosts_path}",
+                                provider=self.name)
+        return self.target_for(host)
+
+    def _open(self, host: Host, timeout: float | None = None):
+        from launchpad.ssh.connection import SSHConnection
+
+        return SSHConnection.open(self.target_for(host, timeout=timeout), self.known_hosts())
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def provision(self, offer: Offer, spec: InstanceSpec) -> Instance:
+        host = self.host(offer.instance_type)
+        if host is None:
+            raise NoCapacity(f"host {offer.instance_type} is not in {self.hosts_path} any more", provider=self.name)
+        instance_id = f"ssh-{host.name}-{hashlib.sha256(spec.job_id.encode()).hexdigest()[:8]}"
+        try:
+            conn = self._open(host)
+        except (AuthError, HostKeyChanged):
+            raise
+        except ProviderError as e:  # down or unreachable: try the next host
+            raise NoCapacity(f"{host.name} is unreachable: {e}", provider=self.name) from None
+        with conn:
+            root = host.root if (host.root or "").startswith("/") else resolve_root(conn, host.root or self.default_root)
+            data = {
+                "host": host.name, "root": root, "token": spec.token, "python": host.python,
+                "tags": {JOB_TAG: spec.job_id, **spec.tags, **host.labels},
+                "autostop": (f"stop runs `{' '.join(host.stop_command)}` on the host" if host.stop_command
+                             else "stop only releases the host (no stop_command in hosts.yaml)"),
+            }
+            instance = Instance(provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING,
+                                offer=offer, address=host.address, created_at=time.time(), data=data)
+            owner = json.dumps({"job_id": spec.job_id, "token": spec.token, "instance": instance.to_dict(),
+                                "client": socket.gethostname(), "claimed_at": time.time()})
+            for _ in range(20):
+                res = conn.run(["sh", "-c", _CLAIM, "sh", root, owner])
+                word, _, rest = res.stdout.partition("\n")
+                if word == "claimed":
+                    return instance
+                if word == "held":
+                    held = _owner(rest)
+                    if held.get("job_id") == spec.job_id:  # ours already (a retry, or a resume)
+                        return Instance.from_dict(held["instance"]) if "instance" in held else instance
+                    raise NoCapacity(f"{host.name} is in use by job {held.get('job_id', '?')}", provider=self.name,
+                                     scope="offer")
+                time.sleep(0.25 if word == "stale" else 1.0)  # stale: retry at once; busy: being claimed now
+            raise NoCapacity(f"{host.name}: could not claim it (another claim is in progress)", provider=self.name)
+
+    def _read_claim(self, conn, root: str) -> dict:
+        return _owner(conn.run(["sh", "-c", _READ_CLAIM, "sh", root]).stdout)
+
+    def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        host = self.host(instance.data.get("host", ""))
+        if host is None:
+            log.warning("ssh: %s: host %s is no longer in hosts.yaml; nothing to release", instance.id,
+                        instance.data.get("host"))
+            return
+        root = instance.data["root"]
+        self._roots[instance.id] = root
+        self.stop_agent(instance)
+        conn = self.connection(instance)
+        owner = self._read_claim(conn, root)
+        ours = owner.get("job_id") == instance.job_id
+        if mode is TeardownMode.STOP and host.stop_command and ours:
+            # keep the claim and the files (a stopped machine keeps its disk); the command may cut the
+            # connection (shutdown), so it runs detached and we do not wait for it
+            conn.run(["sh", "-c", 'nohup setsid "$@" >/dev/null 2>&1 </dev/null &', "sh", *host.stop_command])
+            self.drop_connection(instance)
+            return
+        self.clean_workdir(instance)
+        if ours:
+            conn.run(["rm", "-rf", "--", f"{root}/claim"])
+        self.drop_connection(instance)
+
+    def status(self, instance: Instance) -> InstanceState:
+        host = self.host(instance.data.get("host", ""))
+        if host is None:
+            return InstanceState.TERMINATED
+        try:
+            conn = self.connection(instance)
+        except (AuthError, ConfigError):
+            raise
+        except ProviderError:
+            if host.stop_command:
+                return InstanceState.STOPPED  # unreachable after its stop command: powered off
+            raise
+        owner = self._read_claim(conn, instance.data["root"])
+        if owner.get("job_id") != instance.job_id:
+            return InstanceState.TERMINATED  # released (by teardown, or by the idle watchdog)
+        return InstanceState.RUNNING
+
+    def instances(self) -> list[Instance]:
+        hosts = self.hosts().hosts
+
+        def claimed(host: Host) -> Instance | None:
+            try:
+                with self._open(host, timeout=min(10.0, host.connect_timeout)) as conn:
+                    root = host.root if (host.root or "").startswith("/") else resolve_root(conn, host.root or self.default_root)
+                    owner = self._read_claim(conn, root)
+            except LaunchpadError as e:
+                log.warning("ssh: skipping %s: %s", host.name, e)
+                return None
+            if "instance" not in owner:
+                return None
+            try:
+                return Instance.from_dict(owner["instance"])
+            except (KeyError, ValueError, TypeError):
+                return None
+
+        if not hosts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            return [i for i in pool.map(claimed, hosts) if i is not None]
+
+    def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
+        host = self.host(instance.data.get("host", ""))
+        claim = f"{instance.data['root']}/claim"
+        # What the agent's idle watchdog runs (argv, no shell) with the client gone: the host's
+        # stop_command, or else releasing the claim, so an idle host is free for the next job.
+        command = list(host.stop_command) if host and host.stop_command else ["rm", "-rf", "--", claim]
+        return {
+            "autostop": {"command": command},
+            "mount_nvme": bool(host and host.mount_nvme),  # never format disks on your own box unless asked
+            "expect_nvme": bool(host and host.nvme_gb),
+        }
+
+    def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
+        """A host's own `checkpoint_uri` wins over the provider-wide default (never over the recipe's)."""
+        host = self.host(instance.data.get("host", ""))
+        if recipe_uri is None and host is not None and host.checkpoint_uri:
+            return host.checkpoint_uri
+        return spec_uri
+
+
+def _owner(text: str) -> dict:
+    try:
+        data = json.loads(text.strip() or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
