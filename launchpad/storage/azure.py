@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
 
 _INSTALL = "pip install 'launchpad[azure]'"
 _CRED_HINT = "set AZURE_STORAGE_CONNECTION_STRING, or sign in (`az login`, managed identity) for DefaultAzureCredential"
@@ -99,7 +99,8 @@ class AzureBlobStore(Store):
         session.mount("http://", adapter)
         options = dict(
             transport=RequestsTransport(session=session, session_owner=False),
-            retry_policy=self._sdk.ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=2),
+            # One quick retry inside the SDK for a dropped connection; `retrying` does the bounded rest.
+            retry_policy=self._sdk.LinearRetry(backoff=0.5, random_jitter_range=0.2, retry_total=1),
             max_single_get_size=BLOCK_SIZE,
             max_chunk_get_size=BLOCK_SIZE,
             max_block_size=BLOCK_SIZE,
@@ -151,7 +152,7 @@ class AzureBlobStore(Store):
         if status is not None and (status in (408, 429) or status >= 500):
             return StorageUnavailable(f"Azure Blob is unavailable while trying to {doing} {uri} ({code or status})")
         if isinstance(e, (zx.ServiceRequestError, zx.ServiceResponseError, zx.IncompleteReadError, ConnectionError, TimeoutError)):
-            return StorageUnavailable(f"lost the connection to Azure Blob while trying to {doing} {uri}: {e}")
+            return StorageUnavailable(f"lost the connection to Azure Blob while trying to {doing} {uri}: {short_reason(e)}")
         if isinstance(e, zx.AzureError):
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             return StorageError(f"cannot {doing} {uri}: {first}")

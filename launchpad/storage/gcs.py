@@ -9,6 +9,8 @@ URI: ``gs://<bucket>[/<prefix>]``. Keys are relative to the prefix.
 - Big objects: uploads are resumable uploads (the object exists only once finalized); downloads
   above `part_size` run parallel ranged GETs through `launchpad.storage.transfer`. Objects are read
   raw (no decompressive transcoding) so sizes and ranges match the stored bytes.
+- Retries: the library's own retries are off (`retry=None`: its default retries for up to 120 s);
+  `launchpad.storage.transfer.retrying` retries whole calls instead, a bounded number of times.
 - Errors: missing object/bucket or refused credentials become one StorageError line naming the URI
   and the fix; throttling, 5xx and dropped connections are StorageUnavailable, retried (bounded).
 
@@ -26,7 +28,7 @@ from urllib.parse import urlsplit
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
 
 _CRED_HINT = "set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`"
 
@@ -88,6 +90,7 @@ class GCSStore(Store):
 
     def _make_bucket(self):
         import requests.adapters
+        from google.auth.exceptions import GoogleAuthError
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("GCLOUD_PROJECT")
         try:
@@ -97,7 +100,7 @@ class GCSStore(Store):
                 client = self._sdk.Client(project=project or "launchpad", credentials=AnonymousCredentials())
             else:
                 client = self._sdk.Client(project=project)
-        except Exception as e:  # DefaultCredentialsError and friends: no credentials here
+        except GoogleAuthError as e:  # DefaultCredentialsError: no credentials here
             raise self._error(e, "", "open") from e
         # Many parts at once: the default pool of 10 connections would be reopened over and over.
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=4 * DEFAULT_WORKERS)
@@ -137,29 +140,38 @@ class GCSStore(Store):
         if status == 404:
             return StorageError(f"no such object: {uri}")
         if isinstance(e, (requests.exceptions.RequestException, ax.TransportError, ConnectionError, TimeoutError)):
-            return StorageUnavailable(f"lost the connection to GCS while trying to {doing} {uri}: {e}")
+            return StorageUnavailable(f"lost the connection to GCS while trying to {doing} {uri}: {short_reason(e)}")
         if isinstance(e, gx.GoogleAPICallError):
             return StorageError(f"cannot {doing} {uri}: {e}")
-        return StorageError(f"cannot {doing} {uri}: {type(e).__name__}: {e}")
+        return StorageError(f"cannot {doing} {uri}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     def _bucket_exists(self) -> bool:
         try:
-            return bool(self.bucket.exists())
+            return bool(self.bucket.exists(retry=None))
         except Exception:  # cannot tell: say what the failed call said
             return True
 
     def _call(self, doing: str, key: str, fn, /, *args, **kwargs):
+        """Call the library, mapping its errors (and only its: what a sink raises passes through)."""
+        import requests
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+        from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
+
         try:
             return fn(*args, **kwargs)
-        except StorageError:
-            raise
-        except Exception as e:
+        except DataCorruption as e:
+            raise StorageUnavailable(f"corrupt read of {self.uri(key)} (checksum mismatch): {e}") from e
+        except (
+            GoogleAPIError, GoogleAuthError, InvalidResponse, requests.exceptions.RequestException,
+            ConnectionError, TimeoutError,
+        ) as e:  # fmt: skip
             raise self._error(e, key, doing) from e
 
     # -- Store ----------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         def once() -> list[ObjectInfo]:
-            blobs = self._call("list", prefix, lambda: list(self.bucket.list_blobs(prefix=self.prefix + prefix)))
+            blobs = self._call("list", prefix, lambda: list(self.bucket.list_blobs(prefix=self.prefix + prefix, retry=None)))
             out = []
             for b in blobs:
                 key = b.name[len(self.prefix) :]
@@ -170,27 +182,29 @@ class GCSStore(Store):
         return retrying(once)
 
     def size(self, key: str) -> int:
-        blob = retrying(self._call, "read", key, self.bucket.get_blob, self._name(key))
+        blob = retrying(self._call, "read", key, self.bucket.get_blob, self._name(key), retry=None)
         if blob is None:
             raise StorageError(f"no such object: {self.uri(key)}")
         return int(blob.size or 0)
 
     def exists(self, key: str) -> bool:
-        return bool(retrying(self._call, "read", key, self.bucket.blob(self._name(key)).exists))
+        return bool(retrying(self._call, "read", key, self.bucket.blob(self._name(key)).exists, retry=None))
 
     def get_bytes(self, key: str) -> bytes:
         blob = self.bucket.blob(self._name(key))
-        return retrying(self._call, "read", key, blob.download_as_bytes, raw_download=True)
+        return retrying(self._call, "read", key, blob.download_as_bytes, raw_download=True, retry=None)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         blob = self.bucket.blob(self._name(key))
-        retrying(self._call, "write", key, blob.upload_from_string, data, content_type="application/octet-stream")
+        retrying(
+            self._call, "write", key, blob.upload_from_string, data, content_type="application/octet-stream", retry=None
+        )
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         blob = self.bucket.blob(self._name(key))
         self._check_range(key, start, end)
         return retrying(
-            self._call, "read", key, blob.download_as_bytes, start=start, end=end - 1, raw_download=True, checksum=None
+            self._call, "read", key, blob.download_as_bytes, start=start, end=end - 1, raw_download=True, checksum=None, retry=None
         )
 
     def get_range_to(self, key: str, start: int, end: int, out) -> None:
@@ -222,7 +236,7 @@ class GCSStore(Store):
             os.close(fd)
             try:
                 # Whole-object downloads are checked against the stored crc32c/md5 by the library.
-                self._call("read", key, blob.download_to_filename, tmp, raw_download=True)
+                self._call("read", key, blob.download_to_filename, tmp, raw_download=True, retry=None)
                 os.replace(tmp, dest)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -237,14 +251,17 @@ class GCSStore(Store):
         blob = self.bucket.blob(self._name(key), chunk_size=_chunk_size(self.part_size))
         # Above 8 MiB the library uses a resumable upload: the object is created only when the last
         # chunk is finalized, so a failure leaves nothing under the key.
-        retrying(self._call, "write", key, blob.upload_from_filename, str(src), content_type="application/octet-stream")
+        retrying(
+            self._call, "write", key, blob.upload_from_filename, str(src),
+            content_type="application/octet-stream", retry=None,
+        )  # fmt: skip
 
     def delete(self, key: str) -> None:
         from google.api_core.exceptions import NotFound
 
         blob = self.bucket.blob(self._name(key))
         try:
-            retrying(self._call, "delete", key, blob.delete)
+            retrying(self._call, "delete", key, blob.delete, retry=None)
         except StorageError as e:
             if isinstance(e.__cause__, NotFound) and e.message.startswith("no such object"):
                 return  # already gone (a missing bucket is still an error)

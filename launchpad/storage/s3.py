@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
 
 CHUNK = 1 * MiB  # read size when streaming a body
 
@@ -125,7 +125,7 @@ class S3Store(Store):
             bx.ResponseStreamingError, bx.IncompleteReadError, bx.HTTPClientError, ConnectionError, TimeoutError,
         )  # fmt: skip
         if isinstance(e, transient):
-            return StorageUnavailable(f"lost the connection to S3 while trying to {doing} {uri}: {e}")
+            return StorageUnavailable(f"lost the connection to S3 while trying to {doing} {uri}: {short_reason(e)}")
         if isinstance(e, bx.BotoCoreError):
             return StorageError(f"cannot {doing} {uri}: {e}")
         raise e

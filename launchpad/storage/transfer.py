@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -50,7 +51,7 @@ MiB = 1 << 20
 DEFAULT_PART_SIZE = 64 * MiB  # big parts: fewer requests; see benchmarks/README.md for the measurements
 DEFAULT_WORKERS = 16
 PARTIAL_DIR = ".lp-partial"  # under dest: unfinished files and their journals
-RETRY_ATTEMPTS = 4
+RETRY_ATTEMPTS = 4  # per call or part; LAUNCHPAD_STORAGE_RETRIES overrides (>= 1)
 PROGRESS_STEP = 4 * MiB
 
 Progress = Callable[[int, int], None]
@@ -72,12 +73,20 @@ class TransferStats:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
-def retrying(fn: Callable, *args, attempts: int = RETRY_ATTEMPTS, **kwargs):
-    """Call `fn`, retrying on StorageUnavailable with bounded exponential back-off (tenacity)."""
+def retry_attempts() -> int:
+    try:
+        return max(1, int(os.environ.get("LAUNCHPAD_STORAGE_RETRIES", RETRY_ATTEMPTS)))
+    except ValueError:
+        return RETRY_ATTEMPTS
+
+
+def retrying(fn: Callable, *args, **kwargs):
+    """Call `fn`, retrying on StorageUnavailable with bounded exponential back-off (tenacity):
+    `retry_attempts()` tries in all, waits of 0.25 s, 0.5 s, 1 s ... capped at 4 s."""
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
     for attempt in Retrying(
-        stop=stop_after_attempt(attempts),
+        stop=stop_after_attempt(retry_attempts()),
         wait=wait_exponential(multiplier=0.25, max=4),
         retry=retry_if_exception_type(StorageUnavailable),
         reraise=True,
@@ -85,6 +94,16 @@ def retrying(fn: Callable, *args, attempts: int = RETRY_ATTEMPTS, **kwargs):
         with attempt:
             return fn(*args, **kwargs)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def short_reason(e: BaseException, limit: int = 160) -> str:
+    """The gist of a network error for a one-line message: "[Errno 111] Connection refused" rather
+    than three nested urllib3 reprs."""
+    text = " ".join(str(e).split())
+    m = re.search(r"\[Errno -?\d+\][^'\")\]]*", text)
+    if m:
+        return m.group(0).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def has_ranges(store: Store) -> bool:
@@ -539,5 +558,6 @@ __all__ = [
     "has_ranges",
     "retrying",
     "sha256_of",
+    "short_reason",
     "upload_tree",
 ]
