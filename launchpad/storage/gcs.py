@@ -248,7 +248,8 @@ class GCSStore(Store):
         src = Path(src)
         if not src.is_file():
             raise StorageError(f"cannot upload {src}: not a file")
-        blob = self.bucket.blob(self._name(key), chunk_size=_chunk_size(self.part_size))
+        # Each chunk of a resumable upload is read into memory: keep it at most 32 MiB.
+        blob = self.bucket.blob(self._name(key), chunk_size=_chunk_size(min(self.part_size, 32 * MiB)))
         # Above 8 MiB the library uses a resumable upload: the object is created only when the last
         # chunk is finalized, so a failure leaves nothing under the key.
         retrying(

@@ -48,7 +48,9 @@ from ..errors import StorageError, StorageUnavailable
 from . import ObjectInfo, Store
 
 MiB = 1 << 20
-DEFAULT_PART_SIZE = 64 * MiB  # big parts: fewer requests; see benchmarks/README.md for the measurements
+# 128 MiB parts, as s5cmd's tuned `-p 128`: S3 serves ~100 MB/s per connection, so a part is ~1 s of
+# work, and servers that copy the whole object per ranged GET (moto) pay per part. benchmarks/README.md.
+DEFAULT_PART_SIZE = 128 * MiB
 DEFAULT_WORKERS = 16
 PARTIAL_DIR = ".lp-partial"  # under dest: unfinished files and their journals
 RETRY_ATTEMPTS = 4  # per call or part; LAUNCHPAD_STORAGE_RETRIES overrides (>= 1)
