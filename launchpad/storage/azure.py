@@ -66,10 +66,15 @@ class AzureBlobStore(Store):
         super().__init__(root_uri)
         parts = urlsplit(self.root_uri)
         if parts.scheme != "az" or not parts.netloc:
-            raise BadInput(f"not an Azure Blob URI: {root_uri}", hint="write az://container/prefix or az://container@account/prefix")
+            raise BadInput(
+                f"not an Azure Blob URI: {root_uri}",
+                hint="write az://container/prefix or az://container@account/prefix",
+            )
         container, _, account = parts.netloc.partition("@")
         if not container:
-            raise BadInput(f"no container in {root_uri}", hint="write az://container/prefix or az://container@account/prefix")
+            raise BadInput(
+                f"no container in {root_uri}", hint="write az://container/prefix or az://container@account/prefix"
+            )
         self.container_name, self.account = container, account or None
         prefix = parts.path.strip("/")
         self.prefix = f"{prefix}/" if prefix else ""
@@ -145,14 +150,20 @@ class AzureBlobStore(Store):
         status = getattr(e, "status_code", None)
         if isinstance(e, zx.ResourceNotFoundError) or status == 404:
             if code == "ContainerNotFound":
-                return StorageError(f"container {self.container_name!r} does not exist ({uri})", hint="create it or fix the URI")
+                return StorageError(
+                    f"container {self.container_name!r} does not exist ({uri})", hint="create it or fix the URI"
+                )
             return StorageError(f"no such object: {uri}")
         if isinstance(e, zx.ClientAuthenticationError) or status in (401, 403):
             return StorageError(f"access denied to {uri} ({code or type(e).__name__})", hint=_CRED_HINT)
         if status is not None and (status in (408, 429) or status >= 500):
             return StorageUnavailable(f"Azure Blob is unavailable while trying to {doing} {uri} ({code or status})")
-        if isinstance(e, (zx.ServiceRequestError, zx.ServiceResponseError, zx.IncompleteReadError, ConnectionError, TimeoutError)):
-            return StorageUnavailable(f"lost the connection to Azure Blob while trying to {doing} {uri}: {short_reason(e)}")
+        if isinstance(
+            e, (zx.ServiceRequestError, zx.ServiceResponseError, zx.IncompleteReadError, ConnectionError, TimeoutError)
+        ):
+            return StorageUnavailable(
+                f"lost the connection to Azure Blob while trying to {doing} {uri}: {short_reason(e)}"
+            )
         if isinstance(e, zx.AzureError):
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             return StorageError(f"cannot {doing} {uri}: {first}")
@@ -172,7 +183,9 @@ class AzureBlobStore(Store):
     # -- Store ----------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         def once() -> list[ObjectInfo]:
-            blobs = self._call("list", prefix, lambda: list(self.container.list_blobs(name_starts_with=self.prefix + prefix)))
+            blobs = self._call(
+                "list", prefix, lambda: list(self.container.list_blobs(name_starts_with=self.prefix + prefix))
+            )
             out = []
             for b in blobs:
                 key = b.name[len(self.prefix) :]
@@ -198,11 +211,15 @@ class AzureBlobStore(Store):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         self._check_range(key, start, end)
         blob = self._blob(key)
-        return retrying(lambda: self._call("read", key, lambda: blob.download_blob(offset=start, length=end - start).readall()))
+        return retrying(
+            lambda: self._call("read", key, lambda: blob.download_blob(offset=start, length=end - start).readall())
+        )
 
     def get_range_to(self, key: str, start: int, end: int, out) -> None:
         self._check_range(key, start, end)
-        downloader = self._call("read", key, self._blob(key).download_blob, offset=start, length=end - start, max_concurrency=1)
+        downloader = self._call(
+            "read", key, self._blob(key).download_blob, offset=start, length=end - start, max_concurrency=1
+        )
 
         def stream() -> None:
             for chunk in downloader.chunks():  # BLOCK_SIZE requests, one after another

@@ -85,10 +85,11 @@ class FileStore(Store):
                 if not key.startswith(prefix):
                     continue
                 try:
-                    size = full.stat().st_size
+                    st = full.stat()
                 except FileNotFoundError:  # deleted while we walked
                     continue
-                out.append(ObjectInfo(key=key, size=size))
+                # mtime as the version tag: a resumed download notices a rewritten file of the same size
+                out.append(ObjectInfo(key=key, size=st.st_size, etag=str(st.st_mtime_ns)))
         return out
 
     def get_file(self, key: str, dest: Path) -> None:

@@ -37,7 +37,9 @@ def _require_sdk():
     try:
         from google.cloud import storage
     except ImportError:
-        raise BadInput("gs:// needs google-cloud-storage, which is not installed", hint="pip install 'launchpad[gcs]'") from None
+        raise BadInput(
+            "gs:// needs google-cloud-storage, which is not installed", hint="pip install 'launchpad[gcs]'"
+        ) from None
     return storage
 
 
@@ -125,7 +127,9 @@ class GCSStore(Store):
             return StorageError(f"Google Cloud credentials were refused while trying to {doing} {uri}", hint=_CRED_HINT)
         if isinstance(e, gx.NotFound):
             if not self._bucket_exists():
-                return StorageError(f"bucket {self.bucket_name!r} does not exist ({uri})", hint="create it or fix the URI")
+                return StorageError(
+                    f"bucket {self.bucket_name!r} does not exist ({uri})", hint="create it or fix the URI"
+                )
             return StorageError(f"no such object: {uri}")
         if isinstance(e, (gx.Forbidden, gx.Unauthorized)):
             return StorageError(
@@ -171,7 +175,9 @@ class GCSStore(Store):
     # -- Store ----------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         def once() -> list[ObjectInfo]:
-            blobs = self._call("list", prefix, lambda: list(self.bucket.list_blobs(prefix=self.prefix + prefix, retry=None)))
+            blobs = self._call(
+                "list", prefix, lambda: list(self.bucket.list_blobs(prefix=self.prefix + prefix, retry=None))
+            )
             out = []
             for b in blobs:
                 key = b.name[len(self.prefix) :]
@@ -204,7 +210,15 @@ class GCSStore(Store):
         blob = self.bucket.blob(self._name(key))
         self._check_range(key, start, end)
         return retrying(
-            self._call, "read", key, blob.download_as_bytes, start=start, end=end - 1, raw_download=True, checksum=None, retry=None
+            self._call,
+            "read",
+            key,
+            blob.download_as_bytes,
+            start=start,
+            end=end - 1,
+            raw_download=True,
+            checksum=None,
+            retry=None,
         )
 
     def get_range_to(self, key: str, start: int, end: int, out) -> None:

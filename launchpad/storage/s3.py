@@ -44,7 +44,9 @@ _AUTH_CODES = {
     "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "UnauthorizedAccess",
 }  # fmt: skip
 _MISSING_KEY_CODES = {"404", "NoSuchKey", "NotFound"}
-_CRED_HINT = "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, run `aws configure`, or attach an instance role"
+_CRED_HINT = (
+    "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, run `aws configure`, or attach an instance role"
+)
 
 
 def _require_boto3():
@@ -163,7 +165,9 @@ class S3Store(Store):
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         def once() -> list[ObjectInfo]:
             out = []
-            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + prefix)
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
             for page in self._call("list", prefix, lambda: list(pages)):
                 for obj in page.get("Contents", ()):
                     key = obj["Key"][len(self.prefix) :]
@@ -266,7 +270,9 @@ class S3Store(Store):
                 "GET", url, headers={"Range": f"bytes={start}-{end - 1}"}, preload_content=False, redirect=False
             )
         except urllib3.exceptions.HTTPError as e:
-            raise StorageUnavailable(f"lost the connection to S3 while trying to read {self.uri(key)}: {short_reason(e)}") from e
+            raise StorageUnavailable(
+                f"lost the connection to S3 while trying to read {self.uri(key)}: {short_reason(e)}"
+            ) from e
         done = False
         try:
             if resp.status == 206 and int(resp.headers.get("Content-Length", -1)) == end - start:
@@ -274,7 +280,9 @@ class S3Store(Store):
                     while chunk := resp.read(CHUNK, decode_content=False):
                         out.write(chunk)
                 except urllib3.exceptions.HTTPError as e:
-                    raise StorageUnavailable(f"lost the connection to S3 while reading {self.uri(key)}: {short_reason(e)}") from e
+                    raise StorageUnavailable(
+                        f"lost the connection to S3 while reading {self.uri(key)}: {short_reason(e)}"
+                    ) from e
                 done = True
                 return
             if resp.status in (200, 206, 301, 302, 307, 400):  # range ignored, redirects, region/header trouble
@@ -341,7 +349,9 @@ class S3Store(Store):
             resp = retrying(self._call, "delete", prefix, self.client.delete_objects, Bucket=self.bucket, Delete=batch)
             if resp.get("Errors"):
                 first = resp["Errors"][0]
-                raise StorageError(f"cannot delete {self.uri(first.get('Key', '')[len(self.prefix) :])}: {first.get('Code')}")
+                raise StorageError(
+                    f"cannot delete {self.uri(first.get('Key', '')[len(self.prefix) :])}: {first.get('Code')}"
+                )
 
 
 class _UseBotocore(Exception):

@@ -388,7 +388,12 @@ def _safe_rel(key: str, prefix: str) -> str | None:
     if not rel or rel.endswith("/"):
         return None
     parts = PurePosixPath(rel).parts
-    if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")) or parts[0] == PARTIAL_DIR:
+    if (
+        rel.startswith("/")
+        or "\\" in rel
+        or any(p in ("", ".", "..") for p in rel.split("/"))
+        or parts[0] == PARTIAL_DIR
+    ):
         raise StorageError(f"refusing to download {key!r}: its name would land outside the destination folder")
     return rel
 

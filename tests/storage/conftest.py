@@ -123,7 +123,10 @@ def gcs_server(tmp_path_factory) -> Iterator[Server]:
     if script is None:
         _missing("gcp-storage-emulator", "pip install gcp-storage-emulator")
     logs = tmp_path_factory.mktemp("gcs")
-    argv = lambda p: [script, "start", "--host", "127.0.0.1", "--port", str(p), "--in-memory", "--default-bucket", BUCKET]  # noqa: E731
+
+    def argv(port: int) -> list[str]:
+        return [script, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--default-bucket", BUCKET]
+
     proc, port = _start("gcs", argv, logs)
     env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GOOGLE_CLOUD_PROJECT": "launchpad-test"}
     try:
@@ -156,10 +159,13 @@ def azurite_server(tmp_path_factory) -> Iterator[Server]:
     if binary is None:
         _missing("Azurite", 'npm install --prefix "$HOME/.cache/lp-npm" azurite@3')
     work = tmp_path_factory.mktemp("azurite")
-    argv = lambda p: [  # noqa: E731
-        binary, "--blobHost", "127.0.0.1", "--blobPort", str(p), "--location", str(work),
-        "--disableTelemetry", "--skipApiVersionCheck", "--silent",
-    ]  # fmt: skip
+
+    def argv(port: int) -> list[str]:
+        return [
+            binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(work),
+            "--disableTelemetry", "--skipApiVersionCheck", "--silent",
+        ]  # fmt: skip
+
     proc, port = _start("azurite", argv, work)
     endpoint = f"http://127.0.0.1:{port}"
     env = {"AZURE_STORAGE_CONNECTION_STRING": azurite_connection_string(endpoint)}

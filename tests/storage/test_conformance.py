@@ -160,7 +160,9 @@ def test_download_tree_resumes_after_an_interruption(any_store, tmp_path):
     up = upload_tree(src, s, "data")
     assert up.files == 7
     total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
-    verify = {p.relative_to(src).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in src.rglob("*") if p.is_file()}
+    verify = {
+        p.relative_to(src).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in src.rglob("*") if p.is_file()
+    }
 
     dest = tmp_path / "dest"
 
@@ -264,8 +266,10 @@ for uri in ("s3://b/p", "gs://b/p", "az://c/p"):
 
 
 def test_import_launchpad_pulls_no_sdk():
-    code = "import sys, launchpad.cli, launchpad.storage.transfer, launchpad.plugins as p; p.get_store_classes(); " \
+    code = (
+        "import sys, launchpad.cli, launchpad.storage.transfer, launchpad.plugins as p; p.get_store_classes(); "
         "print([m for m in ('boto3', 'google.cloud.storage', 'azure.storage.blob') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip() == "[]"
 
@@ -281,5 +285,3 @@ def test_azure_uri_names_its_account(monkeypatch):
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT", raising=False)
     with pytest.raises(BadInput, match="names no storage account"):
         s.list()
-
-
