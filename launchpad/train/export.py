@@ -55,8 +55,13 @@ def merge_checkpoint(checkpoint_dir: Path, base_model_path: str | None, out: Pat
                      log: Callable[[str], None] = print) -> tuple[bool, str]:
     """Write the merged (or full) model of one local checkpoint folder to `out` (replaced if present).
     Returns (merged an adapter?, dtype written)."""
+    import warnings
+
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     checkpoint_dir = Path(checkpoint_dir)
     is_adapter = (checkpoint_dir / "adapter_config.json").is_file()
     if is_adapter:

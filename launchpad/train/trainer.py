@@ -259,7 +259,18 @@ def run(spec: JobSpec, status: StatusWriter) -> int:
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")
+    _log_peak_memory()
     return trainer.state.global_step
+
+
+def _log_peak_memory() -> None:
+    """Peak GPU memory of this rank (what the planner's per-GPU estimate is compared with)."""
+    import torch
+
+    if torch.cuda.is_available():
+        gib = 2**30
+        log(f"peak GPU memory: {torch.cuda.max_memory_allocated() / gib:.2f} GiB allocated, "
+            f"{torch.cuda.max_memory_reserved() / gib:.2f} GiB reserved")
 
 
 def prior_losses(checkpoint_dir: Path) -> dict[str, Any]:

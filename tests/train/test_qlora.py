@@ -1,0 +1,80 @@
+"""adapter: qlora for real on CPU (bitsandbytes 4-bit NF4 + LoRA through TRL), the 8B recipe, and the
+trainer's default optimizer agreeing with the planner's memory model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainrun import REPO, extensions_dir, losses, run, status_of, step_lines, trainer_env, write_spec
+
+from launchpad.storage import open_store
+from launchpad.storage.checkpoints import download_checkpoint, latest_checkpoint, list_checkpoints
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, pytestconfig) -> dict[str, str]:
+    return trainer_env(tmp_path_factory.mktemp("lp-home"), extensions_dir(pytestconfig, tmp_path_factory))
+
+
+@pytest.mark.slow
+def test_qlora_trains_on_a_4bit_base_and_resumes(tmp_path, env):
+    pytest.importorskip("bitsandbytes")
+    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=20, overrides={"checkpoint.every_steps": 10})
+    rc, log = run(tmp_path, env)
+    assert rc == 0, log
+    assert "adapter qlora" in log and "optimizer paged_adamw_8bit" in log
+    assert "paging needs a CUDA GPU; on CPU it runs unpaged" in log
+    assert log.count("attention: sdpa") == 1  # said once
+    status = status_of(spec)
+    first = losses(status)
+    assert status["phase"] == "done" and status["step"] == 20
+    assert first[1] > 6.0 and first[20] < 2.5 and first[20] < first[1] / 2.5
+
+    env_json = json.loads((Path(spec["workdir"]) / "env.json").read_text())
+    assert env_json["versions"]["bitsandbytes"] and env_json["versions"]["torch"] and env_json["problems"] == []
+    assert env_json["cuda_available"] is False
+
+    store = open_store(spec["checkpoint_uri"])
+    ckpt = download_checkpoint(store, latest_checkpoint(store, "qlora-1"), tmp_path / "ckpt")
+    names = {p.name for p in ckpt.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "tokenizer_config.json"} <= names
+    adapter = json.loads((ckpt / "adapter_config.json").read_text())
+    assert adapter["r"] == 8 and set(adapter["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+    # Resume: the same job asked for 30 steps continues from checkpoint-20, not from scratch.
+    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=30, overrides={"checkpoint.every_steps": 10})
+    rc, log = run(tmp_path, env)
+    assert rc == 0, log
+    assert "resuming qlora-1 from checkpoint-20" in log
+    assert step_lines(log)[0] == 21
+    status = status_of(spec)
+    after = losses(status)
+    assert status["step"] == 30 and status["resumed_from"]["step"] == 20
+    assert all(after[s] == pytest.approx(first[s]) for s in range(1, 21))  # the curve carried over
+    assert max(after[s] for s in range(21, 31)) < first[1] / 2  # picked up where it was, no restart
+    assert [r.step for r in list_checkpoints(store, "qlora-1")] == [20, 30]
+
+
+def test_qlora_8b_recipe_validates_and_plans(run_cli):
+    proc = run_cli("validate", "recipes/qlora-8b.yaml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    from launchpad.recipe import load_recipe
+
+    r = load_recipe(REPO / "recipes" / "qlora-8b.yaml")
+    assert (r.adapter, r.lora_r, r.lora_alpha, r.lora_dropout, r.lora_target_modules) == ("qlora", 64, 16, 0.05, ["q_proj", "v_proj"])
+    assert (r.learning_rate, r.micro_batch_size, r.gradient_accumulation_steps, r.num_epochs) == (2e-4, 4, 8, 3)
+    assert r.bf16 is True and r.checkpoint.every_steps == 100 and r.optimizer == "paged_adamw_8bit"
+    plan = run_cli("plan", "recipes/qlora-8b.yaml", "--json")
+    assert plan.returncode == 0, plan.stderr
+    need = json.loads(plan.stdout)["need"]
+    assert 10 < need["vram_gb_per_gpu"] < 40  # fits the A100-40GB the guides use
+
+
+def test_default_optimizer_is_the_one_the_planner_assumes():
+    from launchpad.planner.settings import planner_settings
+    from launchpad.train.model import DEFAULT_OPTIMIZER
+
+    assert DEFAULT_OPTIMIZER == planner_settings()["memory"]["optimizer"]
