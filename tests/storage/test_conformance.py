@@ -285,3 +285,18 @@ def test_azure_uri_names_its_account(monkeypatch):
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT", raising=False)
     with pytest.raises(BadInput, match="names no storage account"):
         s.list()
+
+
+def test_azure_account_in_the_uri_with_an_account_key(server_env, monkeypatch):
+    """az://container@account/prefix without a connection string: account key + explicit endpoint."""
+    server = server_env("az")
+    conn = dict(p.split("=", 1) for p in server.env["AZURE_STORAGE_CONNECTION_STRING"].strip(";").split(";"))
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    monkeypatch.setenv("AZURE_STORAGE_KEY", conn["AccountKey"])
+    monkeypatch.setenv("AZURE_STORAGE_BLOB_ENDPOINT", conn["BlobEndpoint"])
+    s = open_store(f"az://{BUCKET}@{conn['AccountName']}/by-key")
+    s.put_bytes("k", b"v")
+    assert s.get_bytes("k") == b"v" and [o.key for o in s.list()] == ["k"]
+    monkeypatch.setenv("AZURE_STORAGE_KEY", "d3Jvbmcga2V5")  # base64 of "wrong key"
+    with pytest.raises(StorageError, match="access denied"):
+        open_store(f"az://{BUCKET}@{conn['AccountName']}/by-key").get_bytes("k")
