@@ -112,6 +112,8 @@ def tail(workdir: Path, offset: int, follow: bool) -> int:
                 out.flush()
                 continue
             if not follow or not _job_running(workdir):
+                if follow:
+                    time.sleep(0.3)  # the agent's last lines follow its final status by a moment
                 rest = f.read()  # written between the last read and the job's end
                 if rest:
                     out.write(rest)

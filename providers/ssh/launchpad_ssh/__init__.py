@@ -41,10 +41,13 @@ from .hosts import Host, HostsFile, load_hosts
 
 log = logging.getLogger("launchpad.ssh")
 
+# Claim a host: `mkdir` is atomic, so of two jobs racing for a host exactly one wins. `job` (the job id
+# alone) lets the release script below check ownership without parsing JSON in sh.
 _CLAIM = r"""
-root=$1 owner=$2
+root=$1 owner=$2 job=$3
 mkdir -p -- "$root" || exit 3
 if mkdir -- "$root/claim" 2>/dev/null; then
+  printf '%s\n' "$job" > "$root/claim/job" &&
   printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" && mv -f -- "$root/claim/owner.json.tmp" "$root/claim/owner.json" || { rm -rf -- "$root/claim"; exit 4; }
   echo claimed; exit 0
 fi
@@ -54,6 +57,12 @@ if [ $((now - made)) -gt 60 ]; then rm -rf -- "$root/claim"; echo stale; exit 0;
 echo busy
 """
 _READ_CLAIM = 'cat -- "$1/claim/owner.json" 2>/dev/null || true'
+# Delete the job's directory, then release the claim if (and only if) this job holds it.
+_RELEASE = r"""
+root=$1 job=$2 workdir=$3
+rm -rf -- "$workdir"
+if [ "$(cat -- "$root/claim/job" 2>/dev/null)" = "$job" ]; then rm -rf -- "$root/claim"; echo released; fi
+"""
 
 
 @hookimpl
@@ -184,7 +193,7 @@ class SSHProvider(VMProvider):
             owner = json.dumps({"job_id": spec.job_id, "token": spec.token, "instance": instance.to_dict(),
                                 "client": socket.gethostname(), "claimed_at": time.time()})
             for _ in range(20):
-                res = conn.run(["sh", "-c", _CLAIM, "sh", root, owner])
+                res = conn.run(["sh", "-c", _CLAIM, "sh", root, owner, spec.job_id])
                 word, _, rest = res.stdout.partition("\n")
                 if word == "claimed":
                     return instance
@@ -210,17 +219,15 @@ class SSHProvider(VMProvider):
         self._roots[instance.id] = root
         self.stop_agent(instance)
         conn = self.connection(instance)
-        owner = self._read_claim(conn, root)
-        ours = owner.get("job_id") == instance.job_id
-        if mode is TeardownMode.STOP and host.stop_command and ours:
-            # keep the claim and the files (a stopped machine keeps its disk); the command may cut the
-            # connection (shutdown), so it runs detached and we do not wait for it
-            conn.run(["sh", "-c", 'nohup setsid "$@" >/dev/null 2>&1 </dev/null &', "sh", *host.stop_command])
-            self.drop_connection(instance)
-            return
-        self.clean_workdir(instance)
-        if ours:
-            conn.run(["rm", "-rf", "--", f"{root}/claim"])
+        if mode is TeardownMode.STOP and host.stop_command:
+            if self._read_claim(conn, root).get("job_id") == instance.job_id:
+                # keep the claim and the files (a stopped machine keeps its disk); the command may cut
+                # the connection (shutdown), so it runs detached and nobody waits for it
+                conn.run(["sh", "-c", 'nohup setsid "$@" >/dev/null 2>&1 </dev/null &', "sh", *host.stop_command])
+                self.drop_connection(instance)
+                return
+        workdir = self.workdir(instance)  # checked to lie under <root>/jobs/
+        conn.run(["sh", "-c", _RELEASE, "sh", root, instance.job_id, workdir])
         self.drop_connection(instance)
 
     def status(self, instance: Instance) -> InstanceState:
