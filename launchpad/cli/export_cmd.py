@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ._common import console, emit_json, json_option
+from ._common import console, emit_json, err_console, json_option
 
 
 @click.command("export")
@@ -45,8 +45,14 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
     if not uri:
         raise BadInput(f"{job_id}: no checkpoint store is known for this job (its provider is not configured here)")
     target = Path(out) if out else Path.cwd() / f"{job_id}-merged"
-    say = (lambda _m: None) if as_json else (lambda m: console().print(m, markup=False))
-    result = export_job(job_id, Recipe.model_validate(record["recipe"]), uri, target, step=step, dtype=dtype, log=say)
+    say = (lambda _m: None) if as_json else (lambda m: err_console().print(m, markup=False))
+    import contextlib
+    import sys
+
+    # Libraries print to stdout while loading (DeepSpeed's accelerator probe, ...): stdout is for our
+    # result (and --json), so everything said while exporting goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        result = export_job(job_id, Recipe.model_validate(record["recipe"]), uri, target, step=step, dtype=dtype, log=say)
     if as_json:
         emit_json({"job": job_id, "path": str(result.path), "step": result.step, "checkpoint": result.checkpoint_uri,
                    "merged_adapter": result.merged_adapter, "dtype": result.dtype})

@@ -147,6 +147,33 @@ def check_environment(recipe, env_path: Path | None, *, deepspeed: bool = False,
     return env
 
 
-if __name__ == "__main__":  # `python -m launchpad.train.envcheck`: print what this machine has
-    json.dump(collect(), sys.stdout, indent=1)
-    print()
+def main(argv: list[str] | None = None) -> int:
+    """`python -m launchpad.train.envcheck [--out env.json] [--spec job.json]`: record this machine (to
+    --out, else stdout); with --spec also check the job's recipe against it: exit 1 with one line on
+    stderr when it cannot run here (the agent runs this while it pre-warms, before the trainer starts)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m launchpad.train.envcheck", description=main.__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here (atomically)")
+    parser.add_argument("--spec", type=Path, default=None, help="job spec whose recipe to check")
+    args = parser.parse_args(argv)
+    env = collect()
+    if args.spec is not None:
+        from .spec import JobSpec
+
+        spec = JobSpec.load(args.spec)
+        ds = spec.deepspeed_config is not None or bool(spec.recipe.deepspeed)
+        env["problems"] = problems(spec.recipe, env, deepspeed=ds)
+    if args.out is not None:
+        write_env(args.out, env)
+    else:
+        json.dump(env, sys.stdout, indent=1)
+        print()
+    if env.get("problems"):
+        print(f"error: {env['problems'][0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
