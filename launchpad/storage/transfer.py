@@ -426,7 +426,7 @@ def download_tree(
     dest = Path(dest)
     prefix = _folder_prefix(prefix)
     verify = dict(verify or {})
-    objects = retrying(store.list, prefix)
+    objects = store.list(prefix)
     items = []
     seen: set[str] = set()
     for info in objects:
@@ -508,7 +508,7 @@ def upload_tree(
         if rel.parts[0] == PARTIAL_DIR or any(p.startswith(".lp-tmp-") for p in rel.parts) or not path.is_file():
             continue
         local.append((path, prefix + rel.as_posix(), path.stat().st_size))
-    existing = {o.key: o.size for o in retrying(store.list, prefix)} if skip_existing else {}
+    existing = {o.key: o.size for o in store.list(prefix)} if skip_existing else {}
     todo = [(p, k, s) for p, k, s in local if existing.get(k) != s]
     total = sum(s for _, _, s in local)
     prog = _Progress(total, progress)
