@@ -28,9 +28,10 @@ import posixpath
 import re
 import time
 from abc import abstractmethod
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from .errors import ProviderError
 from .models import Bundle, CheckpointRef, Instance, JobProgress, TrainHandle
@@ -75,8 +76,15 @@ class VMProvider(Provider):
         return instance.data.get("root") or self.config.get("root") or self.default_root
 
     def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
-        """Extra keys for the instance's job.json (e.g. the self-stop command for the idle watchdog)."""
+        """Extra keys for the instance's job.json (e.g. the self-stop command for the idle watchdog;
+        for a node of a multi-node job: ``nodes``, ``node_rank``, ``master_addr``, ``master_port``)."""
         return {}
+
+    def nodes(self, instance: Instance) -> list[Instance]:
+        """The machines of the job, rank 0 first; each is synced and runs its own agent. A multi-node
+        subclass returns one `Instance` per node (rank 0 being `instance` itself). Progress, logs and
+        checkpoints come from rank 0, where the trainer's global rank 0 reports and uploads."""
+        return [instance]
 
     def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
         """The store the instance's trainer writes to: the job spec's, unless a subclass knows better
@@ -159,12 +167,13 @@ class VMProvider(Provider):
     def sync(self, instance: Instance, bundle: Bundle) -> None:
         from .ssh.connection import ConnectionLost
 
-        try:
-            self._sync(instance, bundle)
-        except ConnectionLost as e:  # resumable: the wheel and files already sent are not sent again
-            log.info("%s; reconnecting to finish the sync", e)
-            self.drop_connection(instance)
-            self._sync(instance, bundle)
+        for node in self.nodes(instance):
+            try:
+                self._sync(node, bundle)
+            except ConnectionLost as e:  # resumable: the wheel and files already sent are not sent again
+                log.info("%s; reconnecting to finish the sync", e)
+                self.drop_connection(node)
+                self._sync(node, bundle)
 
     def _sync(self, instance: Instance, bundle: Bundle) -> None:
         from .wheel import build_wheel
@@ -244,6 +253,10 @@ class VMProvider(Provider):
 
     # -- train / progress / logs / checkpoint -----------------------------------------------------------
     def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
+        handles = [self._launch(node, bundle) for node in self.nodes(instance)]
+        return handles[0]
+
+    def _launch(self, instance: Instance, bundle: Bundle) -> TrainHandle:
         argv = ["launch", self.workdir(instance)]
         prefix = self._detach_prefix(instance)
         env = json.dumps(dict(bundle.env))
@@ -337,6 +350,11 @@ class VMProvider(Provider):
     def clean_workdir(self, instance: Instance) -> None:
         workdir = self.workdir(instance)
         self._call(instance, lambda c: c.run(["rm", "-rf", "--", workdir]))
+
+    def stop_all_agents(self, instance: Instance, grace: float = 10.0) -> None:
+        """`stop_agent` on every node of the job (the last rank first)."""
+        for node in reversed(self.nodes(instance)):
+            self.stop_agent(node, grace)
 
     def close(self) -> None:
         for conn in self._conns.values():

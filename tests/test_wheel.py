@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import base64
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -30,7 +30,7 @@ def test_the_running_package_builds_once_per_content(tmp_path):
     with zipfile.ZipFile(first) as z:
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith("/METADATA"))).decode()
-        record = z.read(next(n for n in names if n.endswith("/RECORD"))).decode()
+        assert any(n.endswith("/RECORD") for n in names)
     assert "launchpad/ssh/remote.py" in names and "launchpad/agent/__init__.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert "Requires-Dist: torch" in meta and 'extra == "train"' in meta

@@ -15,12 +15,11 @@ import logging
 import os
 import posixpath
 import shlex
-import socket
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from ..errors import AuthError, LaunchpadError, ProviderError, TransientError
 from .hostkeys import HostKeyChanged, KnownHosts, install_policy, translate_bad_host_key
@@ -79,7 +78,7 @@ class SSHConnection:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, target: SSHTarget, known_hosts: KnownHosts | None = None) -> "SSHConnection":
+    def open(cls, target: SSHTarget, known_hosts: KnownHosts | None = None) -> SSHConnection:
         conn = cls(target, known_hosts)
         conn.connect()
         return conn
@@ -88,7 +87,12 @@ class SSHConnection:
     def connect(self) -> None:
         """Connect, retrying transient failures for up to `target.connect_timeout` seconds."""
         import paramiko
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_delay,
+            wait_exponential,
+        )
 
         self.close()
         start = time.monotonic()
@@ -175,7 +179,7 @@ class SSHConnection:
                 pass
         self._clients = []
 
-    def __enter__(self) -> "SSHConnection":
+    def __enter__(self) -> SSHConnection:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -209,7 +213,7 @@ class SSHConnection:
             out = _read_all(chan.makefile("rb"))
             reader.join(timeout)
             rc = chan.recv_exit_status()
-        except socket.timeout:
+        except TimeoutError:
             raise TransientError(f"ssh: `{argv[0]}` on {self.target.label} did not finish within {timeout:.0f} s") from None
         except (EOFError, OSError) as e:
             raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
@@ -237,7 +241,7 @@ class SSHConnection:
             while True:
                 try:
                     data = chan.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     if not self.alive:
                         raise ConnectionLost(f"ssh: connection to {self.target.label} dropped") from None
                     continue

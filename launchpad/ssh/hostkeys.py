@@ -12,9 +12,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..errors import ProviderError
 from .keys import fingerprint, parse_public_key

@@ -27,7 +27,7 @@ class SSHTarget:
     user: str = field(default_factory=getpass.getuser)
     key_path: str | None = None  # private key file; None = ssh-agent only
     host_key: str | None = None  # pinned "<type> <base64>": only this key is accepted (no trust-on-first-use)
-    jumps: tuple["SSHTarget", ...] = ()  # ProxyJump hops, outermost first
+    jumps: tuple[SSHTarget, ...] = ()  # ProxyJump hops, outermost first
     connect_timeout: float = 60.0  # total seconds of retries while the machine boots
     allow_agent: bool = True
 

@@ -19,11 +19,19 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import AuthError, ConfigError, LaunchpadError, NoCapacity, ProviderError
+from launchpad.errors import (
+    AuthError,
+    ConfigError,
+    LaunchpadError,
+    NoCapacity,
+    ProviderError,
+)
 from launchpad.models import (
     JOB_TAG,
     Capability,
@@ -57,6 +65,11 @@ if [ $((now - made)) -gt 60 ]; then rm -rf -- "$root/claim"; echo stale; exit 0;
 echo busy
 """
 _READ_CLAIM = 'cat -- "$1/claim/owner.json" 2>/dev/null || true'
+_REWRITE_OWNER = r"""
+root=$1 owner=$2 job=$3
+[ "$(cat -- "$root/claim/job" 2>/dev/null)" = "$job" ] || exit 5
+printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" && mv -f -- "$root/claim/owner.json.tmp" "$root/claim/owner.json"
+"""
 # Delete the job's directory, then release the claim if (and only if) this job holds it.
 _RELEASE = r"""
 root=$1 job=$2 workdir=$3
@@ -74,7 +87,6 @@ class SSHProvider(VMProvider):
     name = "ssh"
     unsupported = {
         Capability.SPOT: "hosts in hosts.yaml are yours: there is no spot market",
-        Capability.MULTI_NODE: "multi-node over SSH needs the multi-node trainer (not built yet)",
     }
 
     def __init__(self, config=None):
@@ -170,10 +182,59 @@ class SSHProvider(VMProvider):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def provision(self, offer: Offer, spec: InstanceSpec) -> Instance:
+        """Claim the offer's host (and, for `spec.nodes` > 1, as many other free hosts with the same
+        GPUs as ranks 1..N-1). Idempotent per job: a host this job holds is returned as it was."""
         host = self.host(offer.instance_type)
         if host is None:
             raise NoCapacity(f"host {offer.instance_type} is not in {self.hosts_path} any more", provider=self.name)
         instance_id = f"ssh-{host.name}-{hashlib.sha256(spec.job_id.encode()).hexdigest()[:8]}"
+        held, instance = self._claim(host, spec, lambda root: self._instance(instance_id, host, spec, offer, root))
+        if held or spec.nodes <= 1:
+            return instance
+        nodes = [{"rank": 0, "host": host.name, "root": instance.data["root"], "address": self._node_address(host)}]
+        for other in self.hosts().hosts:
+            if len(nodes) == spec.nodes:
+                break
+            if other.name == host.name or other.gpu_info != host.gpu_info:
+                continue
+            try:
+                _, node = self._claim(other, spec, lambda root: replace(instance, data={**instance.data, "root": root}))
+            except NoCapacity as e:
+                log.info("ssh: %s cannot be a node of %s: %s", other.name, spec.job_id, e)
+                continue
+            nodes.append({"rank": len(nodes), "host": other.name, "root": node.data["root"],
+                          "address": self._node_address(other)})
+        if len(nodes) < spec.nodes:
+            for n in reversed(nodes):
+                self._release(self.host(n["host"]), n["root"], spec.job_id)
+            gpus = f"{host.gpu_info.count} x {host.gpu_info.name}" if host.gpu_info.name else "no GPU"
+            raise NoCapacity(f"{spec.nodes} free hosts like {host.name} ({gpus}) are needed; {len(nodes)} are free",
+                             provider=self.name, scope="offer")
+        digest = int(hashlib.sha256(spec.job_id.encode()).hexdigest(), 16)
+        port = int(self.config.get("master_port") or 29500 + digest % 1000)  # two jobs on one master: no clash
+        instance = replace(instance, data={**instance.data, "nodes": nodes, "master_port": port})
+        for n in nodes:  # every claim records the whole job, so instances() finds it from any node
+            self._write_owner(self.host(n["host"]), n["root"], spec, instance)
+        return instance
+
+    def _instance(self, instance_id: str, host: Host, spec: InstanceSpec, offer: Offer, root: str | None) -> Instance:
+        data = {
+            "host": host.name, "root": root, "token": spec.token, "python": host.python,
+            "tags": {JOB_TAG: spec.job_id, **spec.tags, **host.labels},
+            "autostop": (f"stop runs `{' '.join(host.stop_command)}` on the host" if host.stop_command
+                         else "stop only releases the host (no stop_command in hosts.yaml)"),
+        }
+        return Instance(provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING,
+                        offer=offer, address=host.address, created_at=time.time(), data=data)
+
+    @staticmethod
+    def _node_address(host: Host) -> str:
+        return host.private_address or host.address
+
+    def _claim(self, host: Host, spec: InstanceSpec, make: Callable[[str], Instance]) -> tuple[bool, Instance]:
+        """Claim `host` for the job, recording `make(root)` in it: (False, that instance) when this call
+        claimed it, (True, the recorded instance) when the job already held it; NoCapacity when another
+        job holds it or it cannot be reached."""
         try:
             conn = self._open(host)
         except (AuthError, HostKeyChanged):
@@ -182,34 +243,58 @@ class SSHProvider(VMProvider):
             raise NoCapacity(f"{host.name} is unreachable: {e}", provider=self.name) from None
         with conn:
             root = host.root if (host.root or "").startswith("/") else resolve_root(conn, host.root or self.default_root)
-            data = {
-                "host": host.name, "root": root, "token": spec.token, "python": host.python,
-                "tags": {JOB_TAG: spec.job_id, **spec.tags, **host.labels},
-                "autostop": (f"stop runs `{' '.join(host.stop_command)}` on the host" if host.stop_command
-                             else "stop only releases the host (no stop_command in hosts.yaml)"),
-            }
-            instance = Instance(provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING,
-                                offer=offer, address=host.address, created_at=time.time(), data=data)
+            instance = make(root)
             owner = json.dumps({"job_id": spec.job_id, "token": spec.token, "instance": instance.to_dict(),
                                 "client": socket.gethostname(), "claimed_at": time.time()})
             for _ in range(20):
                 res = conn.run(["sh", "-c", _CLAIM, "sh", root, owner, spec.job_id])
                 word, _, rest = res.stdout.partition("\n")
                 if word == "claimed":
-                    return instance
+                    return False, instance
                 if word == "held":
                     held = _owner(rest)
-                    if held.get("job_id") == spec.job_id:  # ours already (a retry, or a resume)
-                        return Instance.from_dict(held["instance"]) if "instance" in held else instance
+                    if held.get("job_id") == spec.job_id:
+                        return True, (Instance.from_dict(held["instance"]) if "instance" in held else instance)
                     raise NoCapacity(f"{host.name} is in use by job {held.get('job_id', '?')}", provider=self.name,
                                      scope="offer")
                 time.sleep(0.25 if word == "stale" else 1.0)  # stale: retry at once; busy: being claimed now
-            raise NoCapacity(f"{host.name}: could not claim it (another claim is in progress)", provider=self.name)
+        raise NoCapacity(f"{host.name}: could not claim it (another claim is in progress)", provider=self.name)
+
+    def _write_owner(self, host: Host, root: str, spec: InstanceSpec, instance: Instance) -> None:
+        """Record the final instance in the claim (instances() rebuilds it from there)."""
+        owner = json.dumps({"job_id": spec.job_id, "token": spec.token, "instance": instance.to_dict(),
+                            "client": socket.gethostname(), "claimed_at": time.time()})
+        with self._open(host) as conn:
+            conn.run(["sh", "-c", _REWRITE_OWNER, "sh", root, owner, spec.job_id])
+
+    def _release(self, host: Host | None, root: str, job_id: str) -> None:
+        """Release a claim taken during a provision that could not complete (no job directory yet)."""
+        if host is None:
+            return
+        with self._open(host) as conn:
+            conn.run(["sh", "-c", _RELEASE, "sh", root, job_id, f"{root}/jobs/.none"])
+
+    def nodes(self, instance: Instance) -> list[Instance]:
+        nodes = instance.data.get("nodes") or []
+        if len(nodes) <= 1:
+            return [instance]
+        out = [instance]
+        for n in nodes[1:]:
+            out.append(Instance(
+                provider=self.name, id=f"{instance.id}-n{n['rank']}", job_id=instance.job_id, state=instance.state,
+                offer=instance.offer, address=n["address"], created_at=instance.created_at,
+                data={**instance.data, "host": n["host"], "root": n["root"], "node_rank": n["rank"]},
+            ))
+        return out
 
     def _read_claim(self, conn, root: str) -> dict:
         return _owner(conn.run(["sh", "-c", _READ_CLAIM, "sh", root]).stdout)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        for node in reversed(self.nodes(instance)):
+            self._teardown_node(node, mode)
+
+    def _teardown_node(self, instance: Instance, mode: TeardownMode) -> None:
         host = self.host(instance.data.get("host", ""))
         if host is None:
             log.warning("ssh: %s: host %s is no longer in hosts.yaml; nothing to release", instance.id,
@@ -268,7 +353,8 @@ class SSHProvider(VMProvider):
         if not hosts:
             return []
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            return [i for i in pool.map(claimed, hosts) if i is not None]
+            found = [i for i in pool.map(claimed, hosts) if i is not None]
+        return list({i.id: i for i in found}.values())  # the nodes of a multi-node job share one instance
 
     def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
         host = self.host(instance.data.get("host", ""))
@@ -276,11 +362,17 @@ class SSHProvider(VMProvider):
         # What the agent's idle watchdog runs (argv, no shell) with the client gone: the host's
         # stop_command, or else releasing the claim, so an idle host is free for the next job.
         command = list(host.stop_command) if host and host.stop_command else ["rm", "-rf", "--", claim]
-        return {
+        extras: dict[str, Any] = {
             "autostop": {"command": command},
             "mount_nvme": bool(host and host.mount_nvme),  # never format disks on your own box unless asked
             "expect_nvme": bool(host and host.nvme_gb),
         }
+        nodes = instance.data.get("nodes") or []
+        if len(nodes) > 1:  # what the trainer's launcher needs (launchpad.train.launch)
+            extras.update(nodes=[{"rank": n["rank"], "address": n["address"]} for n in nodes],
+                          node_rank=int(instance.data.get("node_rank") or 0), master_addr=nodes[0]["address"],
+                          master_port=int(instance.data["master_port"]))
+        return extras
 
     def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
         """A host's own `checkpoint_uri` wins over the provider-wide default (never over the recipe's)."""

@@ -8,7 +8,7 @@ line naming the file, the host and the field.
         user: ubuntu
         gpus: A100:80GB:8           # dstack style NAME[:MEMORY]:COUNT, or {name: A100, count: 8, memory_gb: 80}
         price_per_hour: 10.32       # what you pay (the planner ranks on it); 0 for hardware you own
-        # optional: port, key, host_key ("ssh-ed25519 AAAA..."), proxy_jump, region, labels, vcpus,
+        # optional: port, private_address, key, host_key ("ssh-ed25519 AAAA..."), proxy_jump, region, labels, vcpus,
         # memory_gb, nvme_gb, mount_nvme, cuda, python, root, checkpoint_uri, stop_command, connect_timeout
     checkpoint_uri: s3://bucket/checkpoints     # optional default for every host
 """
@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from launchpad.errors import ConfigError
 
@@ -53,6 +60,7 @@ class Host(BaseModel):
 
     name: str = Field(pattern=_NAME, description="unique; a-z, 0-9 and '-' (it names instances)")
     address: str
+    private_address: str | None = None  # how the other nodes of a multi-node job reach this one
     port: int | None = Field(None, ge=1, le=65535)
     user: str | None = None
     key: str | None = None
@@ -73,7 +81,7 @@ class Host(BaseModel):
     stop_command: list[str] | None = Field(None, min_length=1)
     connect_timeout: float = Field(30.0, gt=0, le=3600)
 
-    _plain = field_validator("address", "user", "key", "python", "root", "proxy_jump")(_no_space)
+    _plain = field_validator("address", "private_address", "user", "key", "python", "root", "proxy_jump")(_no_space)
 
     @field_validator("cuda", mode="before")
     @classmethod
@@ -132,7 +140,7 @@ class HostsFile(BaseModel):
     _uri = field_validator("checkpoint_uri")(Host._uri.__func__)
 
     @model_validator(mode="after")
-    def _unique(self) -> "HostsFile":
+    def _unique(self) -> HostsFile:
         seen: set[str] = set()
         for h in self.hosts:
             if h.name in seen:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from launchpad.errors import ConfigError
 from launchpad_ssh import SSHProvider
 from launchpad_ssh.hosts import load_hosts, parse_gpus
+
+from launchpad.errors import ConfigError
 
 
 def _write(home, text: str):

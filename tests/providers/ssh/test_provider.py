@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ssh_servers import free_port, host_entry, write_hosts
 
 from launchpad.errors import NoCapacity
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec, InstanceState, TeardownMode
 from launchpad.recipe import load_recipe
-from ssh_servers import free_port, host_entry, write_hosts
 
 REPO = Path(__file__).resolve().parents[3]
 WEIRD = "$(touch {m}1) `touch {m}2`; touch {m}3 && echo 'q' \"d\" | cat > {m}4 \\ * ~ $HOME !x\nline two"
@@ -170,3 +170,28 @@ def test_an_unreachable_host_is_skipped_as_no_capacity(launchpad_home, client_ke
         p.provision(p.offers()[0], spec())
     assert time.monotonic() - t0 < 6
     assert p.instances() == []  # skipped with a warning, not an error
+
+
+def test_multi_node_claims_hosts_of_the_same_shape_or_none(ssh_provider, sshd_pair):
+    a_offer, b_offer = offer_for(ssh_provider, "host-a"), offer_for(ssh_provider, "host-b")
+    blocker = ssh_provider.provision(b_offer, spec("blocker"))
+    two = InstanceSpec(job_id="two-nodes", token="two-nodes-0", nodes=2)
+    with pytest.raises(NoCapacity, match="2 free hosts like host-a .* 1 are free"):
+        ssh_provider.provision(a_offer, two)
+    assert not (sshd_pair[0].root / "claim").exists(), "a partial multi-node claim is released"
+    ssh_provider.teardown(blocker)
+
+    inst = ssh_provider.provision(a_offer, two)
+    try:
+        assert [n["host"] for n in inst.data["nodes"]] == ["host-a", "host-b"]
+        assert ssh_provider.provision(a_offer, two) == inst  # idempotent: the recorded job, both nodes
+        assert [i.id for i in ssh_provider.instances()] == [inst.id]  # one job, found from either claim
+        nodes = ssh_provider.nodes(inst)
+        extras = [ssh_provider.job_spec_extras(n) for n in nodes]
+        assert [e["node_rank"] for e in extras] == [0, 1]
+        assert extras[0]["nodes"] == extras[1]["nodes"] == [{"rank": 0, "address": "127.0.0.1"},
+                                                            {"rank": 1, "address": "127.0.0.1"}]
+        assert extras[0]["master_port"] == extras[1]["master_port"]
+    finally:
+        ssh_provider.teardown(inst)
+    assert not any((s.root / "claim").exists() for s in sshd_pair)
