@@ -105,7 +105,7 @@ class SmiPoller:
             except (OSError, subprocess.SubprocessError, ValueError):
                 pass
 
-    def __enter__(self) -> "SmiPoller":
+    def __enter__(self) -> SmiPoller:
         if self._exe:
             self._thread.start()
         return self
@@ -170,7 +170,7 @@ def main() -> int:
         print(f"trainer exited {rc} (log: {log_path})", file=sys.stderr)
         return 1
 
-    tps = [float(m.group(2)) for m in re.finditer(r"^step (\d+)/\d+ .* tokens/s (\d+)", text, re.M)
+    tps = [float(m.group(2)) for m in re.finditer(r"^step (\d+)/\d+ .* tokens/s (\d+)", text, re.MULTILINE)
            if int(m.group(1)) > args.warmup]
     peak = re.search(r"peak GPU memory: ([\d.]+) GiB allocated, ([\d.]+) GiB reserved", text)
     shape = model_shape(str(model_dir))

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from .status import StatusWriter
 
@@ -36,7 +37,7 @@ class Ranks:
     node_rank: int = 0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Ranks":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Ranks:
         env = os.environ if environ is None else environ
 
         def num(*names: str, default: int) -> int:

@@ -79,7 +79,7 @@ def load_config(ref: str | dict) -> dict[str, Any]:
         return copy.deepcopy(ref)
     path = Path(ref)
     if not path.is_file():
-        stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
+        stem = path.name.removesuffix(".json")
         found = preset_path(stem)
         if found is None:
             raise BadInput(f"DeepSpeed config {ref} is not on this machine (presets: {', '.join(PRESETS)})")

@@ -18,9 +18,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import BadInput, IncompleteCheckpoint
 
@@ -104,7 +105,11 @@ def export_job(job_id: str, recipe: Any, checkpoint_uri: str, out: Path, *, step
     downloads (default: a temporary folder removed afterwards)."""
     from ..recipe import Recipe
     from ..storage import open_store
-    from ..storage.checkpoints import download_checkpoint, latest_checkpoint, list_checkpoints
+    from ..storage.checkpoints import (
+        download_checkpoint,
+        latest_checkpoint,
+        list_checkpoints,
+    )
     from .trainer import resolve_base_model
 
     if dtype not in DTYPES:

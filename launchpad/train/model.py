@@ -15,8 +15,9 @@ Hygiene the field guides ask for, decided here once:
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import BadInput
 

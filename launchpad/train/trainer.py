@@ -31,7 +31,13 @@ from ..storage.checkpoints import download_checkpoint, latest_checkpoint
 from .distributed import Ranks, node_lock
 from .dsconfig import zero_stage
 from .envcheck import check_environment, summary
-from .model import Precision, build_model, choose_optimizer, choose_precision, uses_gradient_checkpointing
+from .model import (
+    Precision,
+    build_model,
+    choose_optimizer,
+    choose_precision,
+    uses_gradient_checkpointing,
+)
 from .oom import OutOfMemory, is_oom, oom_advice
 from .spec import JobSpec
 from .status import MAX_LOSSES, StatusWriter

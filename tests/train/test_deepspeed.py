@@ -12,8 +12,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from trainrun import REPO, extensions_dir, losses, run, status_of, step_lines, trainer_env, write_spec
+from trainrun import (
+    REPO,
+    extensions_dir,
+    losses,
+    run,
+    status_of,
+    step_lines,
+    trainer_env,
+    write_spec,
+)
 
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint

@@ -11,8 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from trainrun import REPO, extensions_dir, launch, finish, status_of, trainer_env, write_spec
+from trainrun import (
+    REPO,
+    extensions_dir,
+    finish,
+    launch,
+    status_of,
+    trainer_env,
+    write_spec,
+)
 
 from launchpad.recipe import load_recipe
 from launchpad.train.envcheck import problems

@@ -9,8 +9,17 @@ import json
 import sys
 
 import pytest
-
-from trainrun import finish, free_port, launch, losses, status_of, step_lines, trainer_env, write_spec, extensions_dir
+from trainrun import (
+    extensions_dir,
+    finish,
+    free_port,
+    launch,
+    losses,
+    status_of,
+    step_lines,
+    trainer_env,
+    write_spec,
+)
 
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint

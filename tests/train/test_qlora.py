@@ -7,11 +7,23 @@ import json
 from pathlib import Path
 
 import pytest
-
-from trainrun import REPO, extensions_dir, losses, run, status_of, step_lines, trainer_env, write_spec
+from trainrun import (
+    REPO,
+    extensions_dir,
+    losses,
+    run,
+    status_of,
+    step_lines,
+    trainer_env,
+    write_spec,
+)
 
 from launchpad.storage import open_store
-from launchpad.storage.checkpoints import download_checkpoint, latest_checkpoint, list_checkpoints
+from launchpad.storage.checkpoints import (
+    download_checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
+)
 
 
 @pytest.fixture(scope="module")
