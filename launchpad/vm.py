@@ -337,10 +337,34 @@ class VMProvider(Provider):
         return self.latest_checkpoint(instance)
 
     def latest_checkpoint(self, instance: Instance) -> CheckpointRef | None:
-        """The newest complete checkpoint of the instance's job, looked up where the store is: on the
-        instance for file:// (its path is a remote one), from here for object stores."""
+        """The newest complete checkpoint of the instance's job, looked up where it can be: from here for
+        object stores (this client has the credentials the recipe's env resolved; an SSH session on the
+        host does not), on the instance for file:// (a path there) or when this client cannot open it."""
+        spec = self._remote_spec(instance)
+        uri = (spec or {}).get("checkpoint_uri") or ""
+        if spec and uri and not uri.startswith("file://"):
+            from .errors import LaunchpadError
+            from .storage import open_store
+            from .storage.checkpoints import latest_checkpoint
+
+            try:
+                return latest_checkpoint(open_store(uri), spec["job_id"])
+            except (LaunchpadError, ImportError) as e:
+                log.info("cannot open %s from here (%s); asking the instance", uri, e)
         out = self._helper(instance, "latest", self.workdir(instance))
         return CheckpointRef(**out) if out else None
+
+    def _remote_spec(self, instance: Instance) -> dict | None:
+        path = f"{self.workdir(instance)}/job.json"
+
+        def read(conn):
+            try:
+                with conn.sftp().open(path, "rb") as f:
+                    return json.loads(f.read())
+            except (OSError, ValueError):
+                return None
+
+        return self._call(instance, read)
 
     # -- for teardown ------------------------------------------------------------------------------------
     def stop_agent(self, instance: Instance, grace: float = 10.0) -> None:

@@ -157,7 +157,11 @@ def latest(workdir: Path) -> int:
     from launchpad.storage import open_store
     from launchpad.storage.checkpoints import latest_checkpoint
 
-    spec = json.loads((workdir / FILES["spec"]).read_text())
+    try:
+        spec = json.loads((workdir / FILES["spec"]).read_text())
+    except (OSError, ValueError):
+        _print(None)  # nothing synced: no store known, no checkpoint
+        return 0
     ref = latest_checkpoint(open_store(spec["checkpoint_uri"]), spec["job_id"])
     _print(None if ref is None else {"uri": ref.uri, "step": ref.step, "files": ref.files, "bytes": ref.bytes})
     return 0
