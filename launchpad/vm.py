@@ -9,8 +9,8 @@ On the instance, everything lives under one root (default ``~/.launchpad`` of th
     <root>/venvs/<key>/           one venv per host interpreter, reused while the wheel is unchanged
     <root>/jobs/<instance id>/    the agent's work directory (job.json, recipe.yaml, inputs/, train.log, ...)
 
-The agent is started detached (in a ``systemd-run --user --scope`` when the host has a user systemd,
-else in a new session), so it survives the SSH session, the client and its network. The recipe's env
+The agent is started detached (in a ``systemd-run --user --scope`` when the login user lingers, else
+in a new session), so it survives the SSH session, the client and its network. The recipe's env
 (possibly secrets) reaches it over the SSH channel's stdin only (see launchpad.ssh.remote `launch`).
 
 Checkpoints: the job spec's `checkpoint_uri` is opened ON THE INSTANCE. A ``file://`` URI is therefore a
@@ -271,11 +271,14 @@ class VMProvider(Provider):
         return TrainHandle(instance.id, out.get("pid"), time.time())
 
     def _detach_prefix(self, instance: Instance) -> list[str]:
-        """``systemd-run --user --scope`` when the host has a user systemd (the agent then survives
-        logind's KillUserProcesses at logout); otherwise [] and the helper's new session does it."""
+        """``systemd-run --user --scope`` when the login user lingers (its systemd outlives its sessions),
+        so the agent survives even where logind kills a session's processes at logout. Without lingering
+        a user scope would die with the user manager at logout, so then [] and the helper's new session
+        (setsid) does it, which survives logout under logind's default KillUserProcesses=no."""
         if self.config.get("systemd") is False:
             return []
-        probe = ["systemd-run", "--user", "--scope", "--quiet", "true"]
+        probe = ["sh", "-c", 'test "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes'
+                 ' && systemd-run --user --scope --quiet true']
         res = self._call(instance, lambda c: c.run(probe, check=False, timeout=30))
         if res.rc != 0:
             return []

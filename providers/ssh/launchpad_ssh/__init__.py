@@ -321,9 +321,9 @@ class SSHProvider(VMProvider):
             return InstanceState.TERMINATED
         try:
             conn = self.connection(instance)
-        except (AuthError, ConfigError):
+        except (AuthError, ConfigError, HostKeyChanged):
             raise
-        except ProviderError:
+        except ProviderError:  # unreachable
             if host.stop_command:
                 return InstanceState.STOPPED  # unreachable after its stop command: powered off
             raise
