@@ -131,7 +131,18 @@ def build_wheel(out_dir: str | os.PathLike | None = None, *, package_dir: str | 
             zi.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(zi, data)
     os.replace(tmp, wheel)  # atomic: a concurrent builder of the same content writes the same bytes
+    _prune(out_dir, f"{norm}-*-py3-none-any.whl", keep=KEEP)
     return wheel
+
+
+KEEP = 5  # wheels of earlier code versions kept in the cache
+
+
+def _prune(folder: Path, pattern: str, keep: int) -> None:
+    """Delete all but the `keep` newest files matching `pattern` (each code edit makes a new wheel)."""
+    old = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[keep:]
+    for path in old:
+        path.unlink(missing_ok=True)
 
 
 def _with_version(meta: str, version: str) -> str:

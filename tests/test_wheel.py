@@ -65,3 +65,19 @@ def test_wheel_is_reproducible_and_its_record_verifies(tmp_path):
             data = z.read(name)
             assert int(size) == len(data)
             assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+def test_old_wheels_are_pruned(tmp_path):
+    import os
+
+    from launchpad.wheel import KEEP
+
+    pkg = _pkg(tmp_path)
+    out = tmp_path / "out"
+    made = []
+    for i in range(KEEP + 2):
+        (pkg / "sub" / "mod.py").write_text(f"X = {i}\n")
+        made.append(build_wheel(out, package_dir=pkg))
+        os.utime(made[-1], (1000 + i, 1000 + i))  # distinct mtimes, oldest first
+    left = sorted(out.glob("*.whl"))
+    assert len(left) == KEEP and made[-1] in left and made[0] not in left

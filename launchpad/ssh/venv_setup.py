@@ -62,6 +62,16 @@ def fail(message, proc=None):
     sys.exit(1)
 
 
+def prune(folder, keep):
+    """Keep the `keep` newest launchpad wheels: every code change sends a new one."""
+    wheels = [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("launchpad-") and n.endswith(".whl")]
+    for path in sorted(wheels, key=os.path.getmtime, reverse=True)[keep:]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def works(python):
     return os.path.exists(python) and run([python, "-c", "pass"]).returncode == 0
 
@@ -110,6 +120,7 @@ def main():
             fail(f"pip install failed (missing before: {missing or 'nothing'})", proc)
         with open(marker, "w") as f:
             f.write(os.path.basename(wheel) + "\n")
+        prune(os.path.dirname(wheel), keep=3)
         print(json.dumps({"python": python, "action": "installed", "deps": "present" if not missing else missing}))
 
 
