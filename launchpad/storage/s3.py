@@ -226,9 +226,9 @@ class S3Store(Store):
 
     # -- the ranged-GET fast path ------------------------------------------------------------------
     # botocore spends ~1.5 ms of CPU per request (events, signing, parsing); a presigned URL fetched
-    # with urllib3 costs ~0.6 ms. With many small objects the client's CPU, not the network, sets the
-    # pace (benchmarks/README.md), so ranged reads take this path. Anything it cannot handle itself
-    # (a proxy, a redirect to another region, an unexpected status) falls back to botocore.
+    # with urllib3 costs ~0.6 ms, which made 1,000 x 1 MiB 20% faster on moto (benchmarks/README.md),
+    # so ranged reads take this path. Anything it cannot handle itself (a proxy, a redirect to another
+    # region, a server that ignores Range) falls back to botocore for the rest of the store's life.
     def _plain_gets(self) -> bool:
         if self._plain is None:
             import urllib.request

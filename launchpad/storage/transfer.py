@@ -12,7 +12,8 @@
   skipped. A multi-part file keeps a journal beside its partial data: a JSON header pinning the
   object's size, etag and the part size, then one line per part written. A rerun after an interruption
   (an error, Ctrl-C, kill -9) fetches only the parts not in the journal; if the object changed or the
-  part size differs, that file starts over.
+  part size differs, that file starts over. (The journal guards against the process dying; after a
+  machine crash pass `verify`, so a part the journal lists but the disk lost is caught.)
 - **Retried**: a part that fails with `StorageUnavailable` is fetched again from its start, a bounded
   number of times (`RETRY_ATTEMPTS`, exponential back-off); any other error stops the whole transfer
   at once, leaving the partial state for the next attempt, and is re-raised.
@@ -167,7 +168,8 @@ class _File:
     local: Path
     data: Path
     journal: Path | None  # None for single-part files: nothing to resume inside them
-    parts: list[tuple[int, int]]
+    parts: list[tuple[int, int]]  # still to fetch
+    part_size: int
     sha256: str | None
     remaining: int = 0
     created: bool = False
@@ -244,6 +246,7 @@ class _Engine:
         finally:
             os.close(fd)
         if sink.written != end - start:
+            self.progress.add(-sink.written)
             raise StorageUnavailable(
                 f"{self.store.uri(f.info.key)}: got {sink.written} bytes of range {start}-{end}; did it change?"
             )
@@ -275,8 +278,7 @@ class _Engine:
 
 
 def _header(f: _File) -> dict:
-    part_size = f.parts[0][1] - f.parts[0][0] if f.parts else 0
-    return {"key": f.info.key, "size": f.info.size, "etag": f.info.etag, "part_size": part_size}
+    return {"key": f.info.key, "size": f.info.size, "etag": f.info.etag, "part_size": f.part_size}
 
 
 def _finish(store: Store, f: _File) -> None:
@@ -352,7 +354,7 @@ def _plan(
         name = hashlib.sha1(info.key.encode()).hexdigest()
         parts = _split(info.size, part_size) if ranged and info.size > 0 else [(0, info.size)]
         journal = partial / f"{name}.journal" if len(parts) > 1 else None
-        f = _File(info, local, partial / f"{name}.data", journal, parts, digest)
+        f = _File(info, local, partial / f"{name}.data", journal, parts, part_size, digest)
         finished = _journal_done(f)
         if finished:
             f.created = True
