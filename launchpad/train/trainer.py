@@ -94,6 +94,19 @@ def resolve_base_model(base_model: str, workdir: Path) -> str:
     return base_model  # a Hugging Face id; from_pretrained uses the HF cache (or HF_HUB_OFFLINE)
 
 
+def _quiet_library_noise(*, on_gpu: bool) -> None:
+    """Keep train.log about the run: lines users cannot act on, repeated by every rank, are dropped
+    (each fact they carry is logged once, in our words: the device, the attention, the optimizer)."""
+    import logging
+
+    if not on_gpu:  # DeepSpeed would probe for accelerators and warn that it fell back to CPU
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)  # "pip install kernels"
+    warnings.filterwarnings("ignore", message=r".*torch\.distributed\.\w+` is deprecated.*", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*Paged optimizers are not supported on CPU.*", category=UserWarning)
+    warnings.filterwarnings("ignore", message=".*mtime may not be reliable.*")
+
+
 def deepspeed_config(spec: JobSpec) -> dict[str, Any] | None:
     """The run's DeepSpeed config: the one carried in the spec, else the recipe's file or preset."""
     if spec.deepspeed_config is not None:
@@ -117,7 +130,9 @@ def training_args(spec: JobSpec, prec: Precision, *, ds_config: dict[str, Any] |
     checkpointing = uses_gradient_checkpointing(r)
     ckpt: dict[str, Any] = {name: checkpointing}
     if checkpointing:
-        ckpt[f"{name}_kwargs"] = {"use_reentrant": False}
+        # Non-reentrant is the modern default; PEFT under ZeRO-3 needs the reentrant kind (HF forces it).
+        reentrant = bool(ds_config) and zero_stage(ds_config) >= 3 and r.adapter != "full"
+        ckpt[f"{name}_kwargs"] = {"use_reentrant": reentrant}
     on_cpu = not torch.cuda.is_available()
     return SFTConfig(
         **ckpt,
@@ -190,6 +205,7 @@ def run(spec: JobSpec, status: StatusWriter) -> int:
         check_store_writable(store, spec.job_id)
     ds_config = deepspeed_config(spec)
     env = check_environment(recipe, spec.env_path, deepspeed=ds_config is not None, write=ranks.is_node_main)
+    _quiet_library_noise(on_gpu=bool(env["cuda_available"]))
     log(summary(env))
 
     import datasets

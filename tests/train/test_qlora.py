@@ -34,7 +34,7 @@ def env(tmp_path_factory, pytestconfig) -> dict[str, str]:
 @pytest.mark.slow
 def test_qlora_trains_on_a_4bit_base_and_resumes(tmp_path, env):
     pytest.importorskip("bitsandbytes")
-    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=20, overrides={"checkpoint.every_steps": 10})
+    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=12, overrides={"checkpoint.every_steps": 6})
     rc, log = run(tmp_path, env)
     assert rc == 0, log
     assert "adapter qlora" in log and "optimizer paged_adamw_8bit" in log
@@ -42,8 +42,8 @@ def test_qlora_trains_on_a_4bit_base_and_resumes(tmp_path, env):
     assert log.count("attention: sdpa") == 1  # said once
     status = status_of(spec)
     first = losses(status)
-    assert status["phase"] == "done" and status["step"] == 20
-    assert first[1] > 6.0 and first[20] < 2.5 and first[20] < first[1] / 2.5
+    assert status["phase"] == "done" and status["step"] == 12
+    assert first[1] > 6.0 and first[12] < 3.2 and first[12] < first[1] / 2
 
     env_json = json.loads((Path(spec["workdir"]) / "env.json").read_text())
     assert env_json["versions"]["bitsandbytes"] and env_json["versions"]["torch"] and env_json["problems"] == []
@@ -56,18 +56,18 @@ def test_qlora_trains_on_a_4bit_base_and_resumes(tmp_path, env):
     adapter = json.loads((ckpt / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and set(adapter["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
 
-    # Resume: the same job asked for 30 steps continues from checkpoint-20, not from scratch.
-    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=30, overrides={"checkpoint.every_steps": 10})
+    # Resume: the same job asked for 16 steps continues from checkpoint-12, not from scratch.
+    spec = write_spec(tmp_path, "smoke-qlora", "qlora-1", max_steps=16, overrides={"checkpoint.every_steps": 6})
     rc, log = run(tmp_path, env)
     assert rc == 0, log
-    assert "resuming qlora-1 from checkpoint-20" in log
-    assert step_lines(log)[0] == 21
+    assert "resuming qlora-1 from checkpoint-12" in log
+    assert step_lines(log)[0] == 13
     status = status_of(spec)
     after = losses(status)
-    assert status["step"] == 30 and status["resumed_from"]["step"] == 20
-    assert all(after[s] == pytest.approx(first[s]) for s in range(1, 21))  # the curve carried over
-    assert max(after[s] for s in range(21, 31)) < first[1] / 2  # picked up where it was, no restart
-    assert [r.step for r in list_checkpoints(store, "qlora-1")] == [20, 30]
+    assert status["step"] == 16 and status["resumed_from"]["step"] == 12
+    assert all(after[s] == pytest.approx(first[s]) for s in range(1, 13))  # the curve carried over
+    assert max(after[s] for s in range(13, 17)) < first[1] / 2  # picked up where it was, no restart
+    assert [r.step for r in list_checkpoints(store, "qlora-1")] == [12, 16]
 
 
 def test_qlora_8b_recipe_validates_and_plans(run_cli):
