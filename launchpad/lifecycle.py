@@ -129,6 +129,8 @@ class Lifecycle:
             bundle = self._bundle(job, provider)
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
             self.reporter.info(f"syncing the job to {instance.id}")
+            if hasattr(provider, "transfer_progress") and hasattr(self.reporter, "transfer"):
+                provider.transfer_progress = self.reporter.transfer  # an upload bar for VM providers
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
             handle = provider.train(instance, bundle)

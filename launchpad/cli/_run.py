@@ -75,6 +75,22 @@ class RichReporter:
         self._progress.update(self._task, completed=p.step, total=p.total_steps, loss=loss, speed=speed,
                               description=p.phase if p.phase not in ("training", "done") else "training")
 
+    def transfer(self, what: str, done: int, total: int) -> None:
+        """Upload progress while syncing to a VM (wheel, job files, local datasets)."""
+        if getattr(self, "_upload", None) is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self._upload = Progress(TextColumn("[bold]upload {task.description}"), BarColumn(), DownloadColumn(),
+                                    TransferSpeedColumn(), console=console(), transient=True)
+            self._upload.start()
+            self._upload_tasks: dict[str, int] = {}
+        if what not in self._upload_tasks:
+            self._upload_tasks[what] = self._upload.add_task(what, total=total)
+        self._upload.update(self._upload_tasks[what], completed=done, total=total)
+        if all(t.finished for t in self._upload.tasks):
+            self._upload.stop()
+            self._upload = None
+
     def _show_prewarm(self, p) -> None:
         if self._prewarm is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
