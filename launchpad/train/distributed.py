@@ -154,9 +154,10 @@ def make_distributed_callbacks(ranks: Ranks, store, job_id: str, log: Callable[[
 
             step = state.global_step
             folder = Path(args.output_dir) / f"checkpoint-{step}"
+            dist.barrier()  # every rank of every node has written its part of the checkpoint
             mine = (ranks.node_rank, _listing(folder)) if ranks.is_node_main else None
             everyone: list = [None] * ranks.world_size
-            dist.all_gather_object(everyone, mine)  # also a barrier: every rank has finished writing
+            dist.all_gather_object(everyone, mine)
             listings = [x for x in everyone if x is not None]
             main_node, main_files = everyone[0]  # rank 0 is its node's local rank 0
             wanted = {node: sorted(set(files) - set(main_files)) for node, files in listings if node != main_node}
