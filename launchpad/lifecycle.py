@@ -97,6 +97,8 @@ class Lifecycle:
             "recipe_text": recipe_text,
             "checkpoint_uri": recipe.checkpoint.uri,
             "max_steps": max_steps,
+            # a custom DeepSpeed JSON lives on the client: send its content, not its path
+            "deepspeed_config": _deepspeed_config(recipe),
             "only_provider": provider,
             "minimize": minimize,
         }
@@ -432,6 +434,14 @@ class Lifecycle:
         self.db.record_instance(instance)  # known even if it was found by tag only
         self.db.set_instance_state(instance, state)
         self._event(instance.job_id, "teardown:done", instance=instance.id)
+
+
+def _deepspeed_config(recipe) -> dict | None:
+    if not recipe.deepspeed:
+        return None
+    from .train.dsconfig import load_config
+
+    return load_config(recipe.deepspeed)
 
 
 def _duration(seconds: float) -> str:

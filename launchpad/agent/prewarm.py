@@ -102,9 +102,11 @@ def _hf_snapshot(repo_id: str, dest: Path, part: Part) -> Path:
 
 
 def _warm_env(workdir: Path, part: Part) -> dict[str, Any]:
-    """Import the training stack once (pages it in, compiles .pyc); record versions if the check exists."""
+    """Import the training stack once (pages it in, compiles .pyc), record versions, and fail fast when
+    the recipe cannot run here (CUDA too old for the attention asked for, bitsandbytes missing, ...)."""
     if importlib.util.find_spec("launchpad.train.envcheck") is not None:
-        cmd = [sys.executable, "-m", "launchpad.train.envcheck", "--out", str(workdir / "env.json")]
+        cmd = [sys.executable, "-m", "launchpad.train.envcheck", "--out", str(workdir / "env.json"),
+               "--spec", str(workdir / "job.json")]
     else:
         cmd = [sys.executable, "-c", "import torch, transformers, peft, trl, datasets"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)

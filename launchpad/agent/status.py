@@ -74,6 +74,11 @@ class AgentStatus:
             doc["error"] = agent.get("error") if agent["phase"] != "done" else None
         elif agent.get("error") is not None:
             doc["error"] = agent["error"]
+        if "env" not in doc:  # versions the environment check recorded (torch, CUDA, driver, ...)
+            try:
+                doc["env"] = json.loads((self.path.parent / "env.json").read_text())
+            except (OSError, ValueError):
+                pass
         doc["heartbeat"] = time.time()
         return doc
 

@@ -203,6 +203,9 @@ def _add_optional_commands() -> None:
         return
     cli.add_command(plan)
     cli.add_command(offers)
+    from .export_cmd import export
+
+    cli.add_command(export)
 
 
 _add_optional_commands()

@@ -44,8 +44,8 @@ def wait_for(predicate, timeout=120.0, what="condition"):
 
 def test_preemption_notice_saves_then_the_job_resumes_by_itself(run_cli, launchpad_home, tmp_path):
     with MetadataDouble() as md:
-        configure_local(launchpad_home, preemption=["aws"])
-        recipe = write_recipe(tmp_path, "spot", max_steps=400, checkpoint={"every_steps": 1000, "keep": 2})
+        configure_local(launchpad_home, preemption=["aws"], preemption_poll_seconds=0.2)
+        recipe = write_recipe(tmp_path, "spot", max_steps=150, checkpoint={"every_steps": 1000, "keep": 2})
         env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": md.url}
         import subprocess, os
 
@@ -65,10 +65,10 @@ def test_preemption_notice_saves_then_the_job_resumes_by_itself(run_cli, launchp
     assert up.returncode == 0, out + err
     assert "spot interruption notice" in out + err and "resuming automatically" in out + err
     (job,) = json.loads(run_cli("status", "--json", check=True).stdout)
-    assert job["state"] == "SUCCEEDED" and job["step"] == 400
+    assert job["state"] == "SUCCEEDED" and job["step"] == 150
     log = run_cli("logs", job["id"], check=True).stdout
     saved = int(log.split("save requested")[1].split("saving at step ")[1].split()[0])
-    assert 20 <= saved < 400
+    assert 20 <= saved < 150
     assert f"resuming {job['id']} from checkpoint-{saved}" in log, "the save made on notice is where it resumed"
 
 

@@ -106,6 +106,7 @@ class LocalProvider(Provider):
             # Nothing bills on this machine: when idle, the agent just ends, unless a command is configured.
             "autostop": {"command": self.config.get("autostop_command"), "idle_seconds": self.config.get("idle_seconds")},
             "preemption": list(self.config.get("preemption") or []),  # e.g. ["aws"] against a metadata double
+            "preemption_poll_seconds": float(self.config.get("preemption_poll_seconds", 2.0)),
             "mount_nvme": False,  # never format or mount disks on the user's own machine
             "expect_nvme": False,
         }
