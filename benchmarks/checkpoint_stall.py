@@ -9,8 +9,10 @@ checkpoint with its optimizer state is tens of MB) in the same process tree, one
   async     the same, with the agent's AsyncUploader uploading while training goes on
   inline    the trainer uploads each checkpoint before it continues (launchpad's no-agent mode)
 The wall time is the trainer's own "N steps in X s" (model loading excluded). Goal: async <= 1.02x baseline.
-On this 2-core machine the upload's hashing and copying compete with training for the same cores;
-on a GPU machine training runs on the GPU and the uploader only uses spare CPU.
+On a GPU machine training runs on the GPU and the uploader only uses spare CPU. To model that on a CPU
+machine the trainer gets `--trainer-threads` cores (default: all but one), leaving the rest to the
+uploader and the store; `--trainer-threads 0` lets training take every core, so any upload work
+(hashing, copying, moto's own CPU for s3) comes straight out of training time.
 """
 
 from __future__ import annotations
@@ -71,9 +73,12 @@ def spec_for(root: Path, model_dir: Path, store_uri: str, steps: int, every: int
     return work / "job.json"
 
 
+THREADS: dict[str, str] = {}
+
+
 def train(spec: Path, env: dict[str, str]) -> float:
     proc = subprocess.run([sys.executable, "-m", "launchpad.train", "--spec", str(spec)], capture_output=True,
-                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **THREADS, **env})
     if proc.returncode != 0:
         sys.exit(f"trainer failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     m = re.search(r"(\d+) steps in ([\d.]+)s", proc.stdout)
@@ -85,7 +90,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--store", choices=["file", "s3"], default="file")
+    ap.add_argument("--trainer-threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = ap.parse_args()
+    if args.trainer_threads:
+        THREADS.update(OMP_NUM_THREADS=str(args.trainer_threads), MKL_NUM_THREADS=str(args.trainer_threads))
     root = Path(tempfile.mkdtemp(prefix="lp-stall-"))
     server = None
     try:
@@ -120,7 +128,8 @@ def main() -> None:
         times["inline"] = train(spec_for(root, model_dir, store_uri, args.steps, args.every, "inline"), {})
         ckpt_mb = sum(f.stat().st_size for f in (root / "queue-baseline").glob("checkpoint-*/*")) / 2**20
         n = len(list((root / "queue-baseline").glob("checkpoint-*")))
-        print(f"{args.steps} steps, a checkpoint every {args.every} ({n} checkpoints, {ckpt_mb / max(n, 1):.0f} MB each), store {args.store}")
+        print(f"{args.steps} steps, a checkpoint every {args.every} ({n} checkpoints, {ckpt_mb / max(n, 1):.0f} MB each), "
+              f"store {args.store}, trainer threads {args.trainer_threads or 'all'} of {os.cpu_count()} cores")
         for name, t in times.items():
             print(f"  {name:<8} {t:7.2f} s   {t / times['baseline']:.3f}x baseline")
         print(f"async upload stall: {100 * (times['async'] / times['baseline'] - 1):+.1f}% (goal <= +2%)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -105,11 +106,13 @@ def _warm_env(workdir: Path, part: Part) -> dict[str, Any]:
     """Import the training stack once (pages it in, compiles .pyc), record versions, and fail fast when
     the recipe cannot run here (CUDA too old for the attention asked for, bitsandbytes missing, ...)."""
     if importlib.util.find_spec("launchpad.train.envcheck") is not None:
-        cmd = [sys.executable, "-m", "launchpad.train.envcheck", "--out", str(workdir / "env.json"),
-               "--spec", str(workdir / "job.json")]
+        cmd = [sys.executable, "-m", "launchpad.train.envcheck", "--out", str(workdir / "env.json")]
+        if (workdir / "job.json").exists():
+            cmd += ["--spec", str(workdir / "job.json")]
     else:
         cmd = [sys.executable, "-c", "import torch, transformers, peft, trl, datasets"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # Lower priority: the downloads are the critical path; the imports fill whatever CPU they leave.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, preexec_fn=lambda: os.nice(10))
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"environment check exited {proc.returncode}")

@@ -9,6 +9,7 @@ thread uploads each ready folder in step order with MANIFEST.json last, prunes t
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import threading
@@ -62,6 +63,10 @@ class AsyncUploader:
         return not ready_checkpoints(self.queue) and self.error is None
 
     def _loop(self) -> None:
+        try:  # Linux: lower this thread's CPU priority; training must not wait for its hashing and copying
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
         while not self._stop.is_set():
             items = ready_checkpoints(self.queue)
             if not items:
