@@ -17,25 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from launchpad.agent import FILES, pid_alive
+from launchpad.agent.workdir import job_running, job_state
+from launchpad.agent.workdir import stop as stop_workdir
 
 
 def _print(obj) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def launch(workdir: Path) -> int:
@@ -69,37 +63,16 @@ def launch(workdir: Path) -> int:
 
 
 def progress(workdir: Path) -> int:
-    try:
-        status = json.loads((workdir / FILES["status"]).read_text())
-        if not isinstance(status, dict):
-            status = {}
-    except (OSError, ValueError):
-        status = {}
-    exit_code = _read_int(workdir / FILES["exit"])
-    agent_alive = pid_alive(workdir / FILES["agent_pid"]) is not None
-    # the job runs until the agent reports a final phase (uploads drained), not merely until the trainer
-    # exits; afterwards the agent may stay for its idle watchdog (same rule as the local provider)
-    running = agent_alive and not status.get("finished")
-    if not agent_alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
-        exit_code = exit_code if exit_code not in (None, 0) else -int(signal.SIGKILL)  # the agent died mid-job
-    _print({"status": status, "running": running, "exit_code": exit_code,
-            "autostopped": (workdir / "autostopped.json").exists()})
+    state = job_state(workdir)
+    _print({"status": state.status, "running": state.running, "exit_code": state.exit_code,
+            "autostopped": state.autostopped})
     return 0
-
-
-def _job_running(workdir: Path) -> bool:
-    if pid_alive(workdir / FILES["agent_pid"]) is None:
-        return False
-    try:
-        return not json.loads((workdir / FILES["status"]).read_text()).get("finished")
-    except (OSError, ValueError, AttributeError):
-        return True
 
 
 def tail(workdir: Path, offset: int, follow: bool) -> int:
     path = workdir / FILES["log"]
     out = sys.stdout.buffer
-    while follow and not path.exists() and _job_running(workdir):
+    while follow and not path.exists() and job_running(workdir):
         time.sleep(0.2)
     if not path.exists():
         return 0
@@ -111,7 +84,7 @@ def tail(workdir: Path, offset: int, follow: bool) -> int:
                 out.write(data)
                 out.flush()
                 continue
-            if not follow or not _job_running(workdir):
+            if not follow or not job_running(workdir):
                 if follow:
                     time.sleep(0.3)  # the agent's last lines follow its final status by a moment
                 rest = f.read()  # written between the last read and the job's end
@@ -122,34 +95,8 @@ def tail(workdir: Path, offset: int, follow: bool) -> int:
             time.sleep(0.2)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
-
-
 def stop(workdir: Path, grace: float) -> int:
-    pids = [p for p in (pid_alive(workdir / FILES["agent_pid"]), pid_alive(workdir / FILES["trainer_pid"])) if p]
-    for pid in pids:
-        try:
-            if os.getpgid(pid) == pid:  # the agent leads its own session: its trainer goes with it
-                os.killpg(pid, signal.SIGTERM)
-            else:
-                os.kill(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    _print({"stopped": pids})
+    _print({"stopped": stop_workdir(workdir, grace)})
     return 0
 
 

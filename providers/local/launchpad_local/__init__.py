@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Iterator
 
 from launchpad.agent import FILES, pid_alive
+from launchpad.agent.workdir import job_state
+from launchpad.agent.workdir import stop as stop_workdir
 from launchpad.errors import ProviderError
 from launchpad.models import (
     JOB_TAG,
@@ -141,17 +142,8 @@ class LocalProvider(Provider):
 
     def progress(self, instance: Instance) -> JobProgress:
         workdir = self._dir(instance)
-        try:
-            status = json.loads((workdir / FILES["status"]).read_text())
-        except (OSError, ValueError):
-            status = {}
-        exit_code = _read_int(workdir / FILES["exit"])
-        agent_alive = self._agent_running(workdir, instance.id)
-        # The job runs until the agent reports a final phase (uploads drained), not merely until the trainer exits.
-        running = agent_alive and not status.get("finished")
-        if not agent_alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
-            exit_code = exit_code if exit_code not in (None, 0) else -signal.SIGKILL  # the agent died mid-job
-        return JobProgress.from_status(status, running=running, exit_code=exit_code)
+        state = job_state(workdir, alive=self._agent_running(workdir, instance.id))
+        return JobProgress.from_status(state.status, running=state.running, exit_code=state.exit_code)
 
     def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
         path = self._dir(instance) / FILES["log"]
@@ -194,9 +186,7 @@ class LocalProvider(Provider):
         workdir = self._dir(instance)
         if not workdir.exists():
             return
-        for pidfile in (FILES["agent_pid"], FILES["trainer_pid"]):
-            if pid := pid_alive(workdir / pidfile):
-                _terminate_group(pid)
+        stop_workdir(workdir)
         child = self._children.pop(instance.id, None)
         if child is not None:
             child.poll()
@@ -227,46 +217,6 @@ class LocalProvider(Provider):
 
     def _load(self, workdir: Path) -> Instance:
         return Instance.from_dict(json.loads((workdir / "instance.json").read_text()))
-
-
-def _terminate_group(pid: int, grace: float = 10.0) -> None:
-    """SIGTERM the process (its group when it leads one), then SIGKILL after `grace` seconds."""
-    try:
-        pgid = os.getpgid(pid)
-        if pgid == pid:  # the agent leads its own session: stop it and its trainer together
-            os.killpg(pgid, signal.SIGTERM)
-        else:
-            os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        if _is_zombie(pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pgid, signal.SIGKILL) if pgid == pid else os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2 :].split()[0] in ("Z", "X")
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _write_json(path: Path, data: dict) -> None:

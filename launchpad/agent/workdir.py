@@ -1,0 +1,85 @@
+"""Reading and stopping a job's work directory from outside the agent: the one place that knows the
+rules, shared by the `local` provider and the SSH host helper (launchpad/ssh/remote.py).
+
+- The job runs until the agent reports a final phase (uploads drained), not merely until the trainer
+  exits; after that the agent may stay for its idle watchdog.
+- An agent that died before reporting a final phase counts as killed (exit -9) unless the trainer
+  recorded a failure of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import FILES, pid_alive, process_start_time
+
+
+@dataclass(frozen=True)
+class WorkdirState:
+    status: dict[str, Any]
+    running: bool
+    exit_code: int | None
+    autostopped: bool
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def agent_alive(workdir: Path) -> bool:
+    return pid_alive(workdir / FILES["agent_pid"]) is not None
+
+
+def job_state(workdir: Path, *, alive: bool | None = None) -> WorkdirState:
+    """`alive` overrides the pid-file check (a caller holding the agent's Popen knows better)."""
+    status = read_json(workdir / FILES["status"])
+    exit_code = read_int(workdir / FILES["exit"])
+    alive = agent_alive(workdir) if alive is None else alive
+    running = alive and not status.get("finished")
+    if not alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
+        exit_code = exit_code if exit_code not in (None, 0) else -int(signal.SIGKILL)
+    return WorkdirState(status, running, exit_code, (workdir / "autostopped.json").exists())
+
+
+def job_running(workdir: Path) -> bool:
+    return job_state(workdir).running
+
+
+def stop(workdir: Path, grace: float = 10.0) -> list[int]:
+    """SIGTERM the agent's process group (its trainer goes with it) and the trainer, then SIGKILL
+    whatever is left after `grace` seconds. Returns the pids that were running."""
+    pids = [p for p in (pid_alive(workdir / FILES["agent_pid"]), pid_alive(workdir / FILES["trainer_pid"])) if p]
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(process_start_time(p) for p in pids):
+        time.sleep(0.1)
+    _signal_all([p for p in pids if process_start_time(p)], signal.SIGKILL)
+    return pids
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == pid:  # the agent leads its own session
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
