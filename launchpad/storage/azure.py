@@ -25,7 +25,6 @@ azure-storage-blob (and azure-identity) are imported when a store is opened, nev
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -33,7 +32,7 @@ from urllib.parse import urlsplit
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, get_file_by_ranges, retrying, short_reason
 
 _INSTALL = "pip install 'launchpad[azure]'"
 _CRED_HINT = "set AZURE_STORAGE_CONNECTION_STRING, or sign in (`az login`, managed identity) for DefaultAzureCredential"
@@ -232,27 +231,7 @@ class AzureBlobStore(Store):
             raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
 
     def get_file(self, key: str, dest: Path) -> None:
-        dest = Path(dest)
-        size = self.size(key)
-        if size > self.part_size:
-            download_file(self, key, dest, size=size, workers=self.workers, part_size=self.part_size)
-            return
-        dest.parent.mkdir(parents=True, exist_ok=True)
-
-        def once() -> None:
-            fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    if size:
-                        self.get_range_to(key, 0, size, f)
-                if os.path.getsize(tmp) != size:
-                    raise StorageUnavailable(f"short read of {self.uri(key)}: did it change while being read?")
-                os.replace(tmp, dest)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-
-        retrying(once)
+        get_file_by_ranges(self, key, Path(dest), part_size=self.part_size, workers=self.workers)
 
     def put_file(self, src: Path, key: str) -> None:
         src = Path(src)

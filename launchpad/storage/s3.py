@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,7 +30,7 @@ from urllib.parse import urlsplit
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
+from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, get_file_by_ranges, retrying, short_reason
 
 CHUNK = 1 * MiB  # read size when streaming a body
 
@@ -304,27 +303,7 @@ class S3Store(Store):
         return self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key), Range=rng)
 
     def get_file(self, key: str, dest: Path) -> None:
-        dest = Path(dest)
-        size = self.size(key)
-        if size > self.part_size:
-            download_file(self, key, dest, size=size, workers=self.workers, part_size=self.part_size)
-            return
-        dest.parent.mkdir(parents=True, exist_ok=True)
-
-        def once() -> None:
-            fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    if size:
-                        self.get_range_to(key, 0, size, f)
-                if os.path.getsize(tmp) != size:
-                    raise StorageUnavailable(f"short read of {self.uri(key)}: did it change while being read?")
-                os.replace(tmp, dest)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-
-        retrying(once)
+        get_file_by_ranges(self, key, Path(dest), part_size=self.part_size, workers=self.workers)
 
     def put_file(self, src: Path, key: str) -> None:
         src = Path(src)

@@ -570,3 +570,28 @@ __all__ = [
     "short_reason",
     "upload_tree",
 ]
+
+
+def get_file_by_ranges(store: Store, key: str, dest: Path, *, part_size: int, workers: int) -> None:
+    """`Store.get_file` for stores with ranged reads: big objects in parallel parts (`download_file`),
+    small ones in one ranged read to a temporary file renamed into place, retried when transient."""
+    size = store.size(key)
+    if size > part_size:
+        download_file(store, key, dest, size=size, workers=workers, part_size=part_size)
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def once() -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if size:
+                    store.get_range_to(key, 0, size, f)
+            if os.path.getsize(tmp) != size:
+                raise StorageUnavailable(f"short read of {store.uri(key)}: did it change while being read?")
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    retrying(once)
