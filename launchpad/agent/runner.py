@@ -117,7 +117,7 @@ class Agent:
         ).start()
         watcher = PreemptionWatcher(list(self.spec.get("preemption") or []), self._on_notice,
                                     interval=float(self.spec.get("preemption_poll_seconds", 2.0)), log=self.log).start()
-        code = self._run_trainer(spec_path, trainer_spec)
+        code = self._run_trainer(spec_path, trainer_spec, uploader)
         watcher.stop()
 
         # 3. the trainer is done: finish the uploads before saying anything is complete
@@ -132,7 +132,7 @@ class Agent:
             return self._finish(code, trainer_err or f"trainer exited with {code}")
         return self._finish(0, None, phase="done")
 
-    def _run_trainer(self, spec_path: Path, trainer_spec: dict) -> int:
+    def _run_trainer(self, spec_path: Path, trainer_spec: dict, uploader: AsyncUploader) -> int:
         cmd, extra_env = trainer_command(spec_path, trainer_spec)
         env = {**os.environ, **extra_env, "LAUNCHPAD_AGENT_UPLOAD_QUEUE": str(self.workdir / QUEUE_DIR)}
         env.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,7 +143,14 @@ class Agent:
         write_pidfile(self.workdir / FILES["trainer_pid"], self.trainer.pid)
         self.status.release_phase()
         self.log(f"trainer started (pid {self.trainer.pid})")
-        code = self.trainer.wait()
+        stopped_for_store = False
+        while (code := self.trainer.poll()) is None:
+            if uploader.error and not stopped_for_store:
+                # Training on without a working store only makes checkpoints nobody can resume from.
+                self.log("stopping the trainer: its checkpoints cannot reach the store")
+                self.trainer.send_signal(signal.SIGTERM)
+                stopped_for_store = True
+            time.sleep(0.5)
         self.log(f"trainer exited with {code}")
         tmp = self.workdir / (FILES["exit"] + ".tmp")
         tmp.write_text(f"{code}\n")
