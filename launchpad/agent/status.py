@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from ..train.status import atomic_write_json
 
 # Phases the agent itself reports; while the trainer runs, the trainer's phase shows through.
 AGENT_PHASES = ("starting", "prewarm", "uploading", "done", "failed", "interrupted")
@@ -85,14 +86,7 @@ class AgentStatus:
     def write(self) -> None:
         doc = self.merged()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_json(self.path, doc)
 
     def start(self) -> "AgentStatus":
         self.write()

@@ -80,14 +80,7 @@ class StatusWriter:
     def _write_locked(self) -> None:
         self._doc["heartbeat"] = time.time()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._doc, f)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_json(self.path, self._doc)
 
     def start(self) -> "StatusWriter":
         self.update()
@@ -106,3 +99,15 @@ class StatusWriter:
                 self.update()
             except OSError:  # a full disk must not kill training; the next beat tries again
                 pass
+
+
+def atomic_write_json(path: Path, doc: Any) -> None:
+    """Replace `path` with `doc` as JSON in one step: a reader sees the old document or the new one."""
+    fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
