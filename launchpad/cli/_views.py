@@ -65,8 +65,10 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
     table.add_column()
     for key in ("name", "state", "phase", "provider", "step", "total_steps", "loss", "tokens_per_s",
                 "last_checkpoint", "cost_usd", "error", "recipe"):
-        if row.get(key) is not None:
-            table.add_row(key, str(row[key]))
+        value = row.get(key)
+        if value is not None:
+            table.add_row(key, f"{value:.4g}" if isinstance(value, float) and key != "cost_usd" else
+                          f"${value:.2f}" if key == "cost_usd" else str(value))
     console().print(table)
     ev = Table(title="events", title_justify="left")
     for col in ("when", "event", "details"):
