@@ -137,8 +137,20 @@ def status(job: str | None, as_json: bool) -> None:
     from ._run import open_lifecycle
     from ._views import job_json, render_job, render_jobs
 
+    from ..errors import JobNotFound, LaunchpadError
+
     lc = open_lifecycle(as_json)
-    jobs = [lc.refresh(job)] if job else [lc.refresh(j["id"]) for j in lc.db.jobs()]
+
+    def refreshed(job_id: str) -> dict:
+        try:
+            return lc.refresh(job_id)
+        except JobNotFound:
+            raise
+        except LaunchpadError as e:  # an unreachable provider must not hide the other jobs
+            err_console().print(f"[yellow]![/] {job_id}: cannot refresh: {e}", soft_wrap=True)
+            return lc.db.job(job_id)
+
+    jobs = [refreshed(job)] if job else [refreshed(j["id"]) for j in lc.db.jobs()]
     rows = []
     for j in jobs:
         row = job_json(j)
