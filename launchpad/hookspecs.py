@@ -9,13 +9,27 @@ A plugin is a module (or object) with functions named like these specs, decorate
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 import pluggy
+
+if TYPE_CHECKING:
+    from .models import Offer
+    from .planner.types import Need
+    from .provider import Provider
+    from .storage import Store
 
 hookspec = pluggy.HookspecMarker("launchpad")
 
+#: what a hook gets to register with
+RegisterProvider = Callable[["type[Provider]"], None]
+RegisterStore = Callable[[str, "type[Store]"], None]
+#: one extra planner term: (name, value in 0..1, weight)
+ScoreTerm = tuple[str, float, float]
+
 
 @hookspec
-def launchpad_register_providers(register):
+def launchpad_register_providers(register: RegisterProvider) -> None:
     """Register provider classes: call ``register(ProviderClass)`` once per class.
 
     The class must subclass `launchpad.provider.Provider` and set a unique ``name``. Do no I/O here:
@@ -24,7 +38,7 @@ def launchpad_register_providers(register):
 
 
 @hookspec
-def launchpad_register_stores(register):
+def launchpad_register_stores(register: RegisterStore) -> None:
     """Register object stores: call ``register(scheme, StoreClass)``, e.g. ``register("s3", S3Store)``.
 
     ``StoreClass`` subclasses `launchpad.storage.Store`; the scheme is the URI scheme it serves
@@ -33,7 +47,7 @@ def launchpad_register_stores(register):
 
 
 @hookspec
-def launchpad_score_offer(offer, need):
+def launchpad_score_offer(offer: Offer, need: Need) -> list[ScoreTerm] | None:
     """Return extra planner terms for one offer as a list of `(name, value_0_to_1, weight)` tuples, or None.
 
     Called once per feasible offer: keep it fast and free of I/O.
@@ -41,7 +55,7 @@ def launchpad_score_offer(offer, need):
 
 
 @hookspec
-def launchpad_job_event(job, event):
+def launchpad_job_event(job: dict[str, Any], event: dict[str, Any]) -> None:
     """Observe a job event (notifications, metrics export). ``job`` is a dict of the job row,
     ``event`` a dict with ``kind``, ``ts`` and ``data``. Return value ignored; exceptions are logged
     and swallowed so a broken notifier never breaks a job.

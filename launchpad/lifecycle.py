@@ -24,10 +24,11 @@ from .errors import (
     NotYetTerminated,
     ProviderError,
 )
+from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
 from .plugins import emit_job_event
 from .provider import Provider
-from .state import StateDB
+from .state import JobOptions, JobRecord, StateDB
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
@@ -91,18 +92,10 @@ class Lifecycle:
         """Plan (before creating anything), then record a PENDING job. Returns its id."""
         planned = self.plan(recipe, provider=provider, minimize=minimize)
         job_id = new_job_id(recipe.name)
-        spec = {
-            "job_id": job_id,
-            "recipe": recipe.model_dump(mode="json"),
-            "recipe_text": recipe_text,
-            "checkpoint_uri": recipe.checkpoint.uri,
-            "max_steps": max_steps,
-            # a custom DeepSpeed JSON lives on the client: send its content, not its path
-            "deepspeed_config": _deepspeed_config(recipe),
-            "only_provider": provider,
-            "minimize": minimize,
-        }
-        self.db.create_job(job_id, recipe.name, getattr(recipe, "source_path", None), spec["recipe"], spec)
+        # a custom DeepSpeed JSON lives on the client: the spec carries its content, not its path
+        spec = JobSpec.from_recipe(job_id, recipe, max_steps=max_steps, deepspeed_config=_deepspeed_config(recipe))
+        self.db.create_job(recipe.name, getattr(recipe, "source_path", None), spec, recipe_text,
+                           JobOptions(only_provider=provider, minimize=minimize))
         self.db.update_job(job_id, plan_json=_plan_json(planned))
         return job_id
 
@@ -120,15 +113,15 @@ class Lifecycle:
             raise NoFeasibleOffer(f"no offer fits {recipe.name}: " + "; ".join(reasons), rejected=list(planned.rejected))
         return planned
 
-    def run(self, job_id: str, *, detach: bool = False) -> dict[str, Any]:
+    def run(self, job_id: str, *, detach: bool = False) -> JobRecord:
         """Drive the job from whatever state it is in to the end (or to TRAINING with `detach`)."""
         job = self.db.job(job_id)
-        job_id = job["id"]
+        job_id = job.id
         instance = None
         try:
             instance = self._ensure_instance(job)
             provider = self.provider(instance.provider)
-            bundle = self._bundle(job, provider)
+            bundle = self._bundle(job, provider, instance)
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
             self.reporter.info(f"syncing the job to {instance.id}")
             if hasattr(provider, "transfer_progress") and hasattr(self.reporter, "transfer"):
@@ -137,7 +130,7 @@ class Lifecycle:
             self._event(job_id, "synced", instance=instance.id)
             handle = provider.train(instance, bundle)
             self._transition(job_id, JobState.TRAINING, instance=instance.id, pid=handle.pid)
-            self.reporter.info(f"training on {instance.id} (checkpoints to {bundle.job_spec['checkpoint_uri']})")
+            self.reporter.info(f"training on {instance.id} (checkpoints to {bundle.job_spec.checkpoint_uri})")
             if detach:
                 return self.db.job(job_id)
             return self.follow(job_id)
@@ -145,39 +138,39 @@ class Lifecycle:
             self._interrupt(job_id, "interrupted by the user (Ctrl-C)")
             raise
         except LaunchpadError as e:
-            job = self.db.job(job_id)
-            if not job["state"].finished:
+            if not self.db.job(job_id).state.finished:
                 self._transition(job_id, JobState.FAILED, error=str(e))
                 if instance is not None:
                     self._teardown_instance(instance)
             raise
 
-    def _bundle(self, job: dict, provider: Provider) -> Bundle:
-        from .recipe import Recipe, resolve_env
+    def _bundle(self, job: JobRecord, provider: Provider, instance: Instance) -> Bundle:
+        """The spec for the instance. The checkpoint store is resolved once (the recipe's, else the
+        provider's default for this instance) and written back, so a later `resume` anywhere uses it."""
+        from .recipe import resolve_env
 
-        spec = dict(job["spec"])
-        spec["checkpoint_uri"] = spec.get("checkpoint_uri") or provider.default_checkpoint_uri()
-        if not spec["checkpoint_uri"]:
-            raise BadInput(f"{job['name']}: checkpoint.uri: provider {provider.name} has no default store; set one (s3://bucket/path)")
-        env = resolve_env(Recipe.model_validate(job["recipe"]), _environ())
-        recipe_text = spec.pop("recipe_text", "")
-        spec.pop("only_provider", None)
-        spec.pop("minimize", None)
-        return Bundle(job_spec=spec, recipe_text=recipe_text, env=env)
+        spec = job.spec
+        if not spec.checkpoint_uri:
+            uri = provider.checkpoint_uri_for(instance)
+            if not uri:
+                raise BadInput(f"{job.recipe_path or job.name}: checkpoint.uri: provider {provider.name} has no "
+                               "default store; set one (s3://bucket/path)")
+            spec = spec.replace(checkpoint_uri=uri)
+            self.db.update_spec(spec)
+        env = resolve_env(spec.recipe_model(), _environ())
+        return Bundle(job_spec=spec, recipe_text=job.recipe_text, env=env)
 
-    def _ensure_instance(self, job: dict) -> Instance:
+    def _ensure_instance(self, job: JobRecord) -> Instance:
         """A live instance for the job: reuse one, finish an attempt that never reported back, or fail over
         through the plan in order, blocking the scope each failure names."""
-        job_id = job["id"]
+        job_id = job.id
         for inst in self.db.instances(job_id, live_only=True):
             state = self.provider(inst.provider).status(inst)
             if state in (InstanceState.RUNNING, InstanceState.PENDING):
                 return inst
             self.db.set_instance_state(inst, state)
-        from .recipe import Recipe
-
-        recipe = Recipe.model_validate(job["recipe"])
-        planned = self.plan(recipe, provider=job["spec"].get("only_provider"), minimize=job["spec"].get("minimize", "cost"))
+        recipe = job.spec.recipe_model()
+        planned = self.plan(recipe, provider=job.options.only_provider, minimize=job.options.minimize)
         self.db.update_job(job_id, plan_json=_plan_json(planned))
         best = planned.ranked[0]
         self.reporter.info(f"plan: {len(planned.ranked)} feasible offer(s); best {best.offer.label} at "
@@ -223,12 +216,12 @@ class Lifecycle:
         raise NoFeasibleOffer("every offer failed: " + "; ".join(failures[-3:]) if failures else "no offer left to try")
 
     # -- following a running job ----------------------------------------------------------------------
-    def follow(self, job_id: str) -> dict[str, Any]:
+    def follow(self, job_id: str) -> JobRecord:
         """Wait for the trainer, reporting progress; then finish the job. Ctrl-C interrupts it."""
-        job = self.db.job(job_id)
-        instance = self._live_instance(job["id"])
+        job_id = self.db.job(job_id).id
+        instance = self._live_instance(job_id)
         if instance is None:
-            return job
+            return self.db.job(job_id)
         provider = self.provider(instance.provider)
         polls = 0
         try:
@@ -238,24 +231,24 @@ class Lifecycle:
                     state = provider.status(instance)
                     if state in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
                         self.db.set_instance_state(instance, state)
-                        self._transition(job["id"], JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
-                        return self._auto_resume(job["id"], f"instance {instance.id} was {state.value}")
+                        self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
+                        return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 progress = provider.progress(instance)
-                self._record_progress(job["id"], progress)
-                self.reporter.progress(job["id"], progress)
+                self._record_progress(job_id, progress)
+                self.reporter.progress(job_id, progress)
                 if not progress.running:
                     try:
-                        return self._finish(job["id"], instance, progress)
+                        return self._finish(job_id, instance, progress)
                     except JobFailed as e:
                         if progress.phase == "interrupted":  # a preemption notice: the agent saved first
-                            return self._auto_resume(job["id"], progress.error or "preempted", e)
+                            return self._auto_resume(job_id, progress.error or "preempted", e)
                         raise
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
-            self._interrupt(job["id"], "interrupted by the user (Ctrl-C)")
+            self._interrupt(job_id, "interrupted by the user (Ctrl-C)")
             raise
 
-    def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> dict[str, Any]:
+    def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> JobRecord:
         """Keep the job alive through a preemption: resume on the next offer, a bounded number of times."""
         n = self._auto_resumes.get(job_id, 0)
         if n >= MAX_AUTO_RESUMES:
@@ -265,10 +258,11 @@ class Lifecycle:
         self.reporter.warn(f"{job_id}: {reason}; resuming automatically ({n + 1}/{MAX_AUTO_RESUMES})")
         return self.resume(job_id)
 
-    def refresh(self, job_id: str) -> dict[str, Any]:
+    def refresh(self, job_id: str) -> JobRecord:
         """Reconcile a TRAINING job whose trainer may have ended while nobody watched (`up --detach`)."""
         job = self.db.job(job_id)
-        if job["state"] is not JobState.TRAINING:
+        job_id = job.id
+        if job.state is not JobState.TRAINING:
             return job
         instance = self._live_instance(job_id)
         if instance is None:
@@ -295,9 +289,9 @@ class Lifecycle:
             fields["last_checkpoint"] = p.last_checkpoint
         self.db.update_job(job_id, **fields)
 
-    def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> dict[str, Any]:
+    def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> JobRecord:
         job = self.db.job(job_id)
-        if job["state"].finished:
+        if job.state.finished:
             return job
         provider = self.provider(instance.provider)
         if p.exit_code == 0 and p.phase == "done":
@@ -327,28 +321,25 @@ class Lifecycle:
     def _interrupt(self, job_id: str, reason: str) -> None:
         for inst in self.db.instances(job_id, live_only=True):
             self._teardown_instance(inst)
-        if not self.db.job(job_id)["state"].finished:
+        if not self.db.job(job_id).state.finished:
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
 
     # -- resume / down / logs -------------------------------------------------------------------------
-    def resume(self, job_id: str, *, detach: bool = False) -> dict[str, Any]:
+    def resume(self, job_id: str, *, detach: bool = False) -> JobRecord:
         from .storage import open_store
         from .storage.checkpoints import latest_checkpoint
 
         job = self.refresh(job_id)
-        job_id = job["id"]
-        if job["state"] is JobState.SUCCEEDED:
+        job_id = job.id
+        if job.state is JobState.SUCCEEDED:
             self.reporter.info(f"{job_id} already succeeded; nothing to resume")
             return job
         instance = self._live_instance(job_id)
-        if instance is not None and job["state"] is JobState.TRAINING:
+        if instance is not None and job.state is JobState.TRAINING:
             if self.provider(instance.provider).progress(instance).running:
                 self.reporter.info(f"{job_id} is still training on {instance.id}; following it")
                 return job if detach else self.follow(job_id)
-        uri = job["spec"].get("checkpoint_uri")
-        if not uri:
-            first = self.providers.get(job.get("provider") or "")
-            uri = first.default_checkpoint_uri() if first else None
+        uri = job.spec.checkpoint_uri  # resolved and stored by the first sync
         ref = latest_checkpoint(open_store(uri), job_id) if uri else None
         if ref is not None:
             self.reporter.info(f"resuming {job_id} from {ref.name}")
@@ -360,7 +351,7 @@ class Lifecycle:
     def down(self, job_id: str) -> list[str]:
         """Tear down every instance of a job (known to the state DB or found by tag). Idempotent."""
         job = self.db.job(job_id)
-        job_id = job["id"]
+        job_id = job.id
         gone = []
         known = {(i.provider, i.id): i for i in self.db.instances(job_id, live_only=True)}
         for name, provider in self.providers.items():
@@ -370,7 +361,7 @@ class Lifecycle:
         for inst in known.values():
             self._teardown_instance(inst)
             gone.append(inst.id)
-        if not job["state"].finished:
+        if not job.state.finished:
             self._transition(job_id, JobState.INTERRUPTED, error="torn down by `launchpad down`")
         return gone
 
@@ -378,7 +369,7 @@ class Lifecycle:
         """Every live instance launchpad knows of or can find by tag, on every usable provider."""
         gone = []
         for job in self.db.jobs():
-            gone += self.down(job["id"]) if (self.db.instances(job["id"], live_only=True) or not job["state"].finished) else []
+            gone += self.down(job.id) if (self.db.instances(job.id, live_only=True) or not job.state.finished) else []
         for provider in self.providers.values():
             for inst in _safe_instances(provider):
                 self._teardown_instance(inst)
@@ -386,14 +377,43 @@ class Lifecycle:
         return gone
 
     def logs(self, job_id: str, *, follow: bool = False) -> Iterator[str]:
-        job = self.db.job(job_id)
-        instance = self._live_instance(job["id"])
+        job_id = self.db.job(job_id).id
+        instance = self._live_instance(job_id)
         if instance is not None:
             yield from self.provider(instance.provider).logs(instance, follow=follow)
             return
-        for path in sorted(_saved_logs_dir(job["id"]).glob("*.log")):
+        for path in sorted(_saved_logs_dir(job_id).glob("*.log")):
             with open(path, encoding="utf-8", errors="replace") as f:
                 yield from (line.rstrip("\n") for line in f)
+
+    def status_rows(self, job_ref: str | None = None, *,
+                    on_error: Callable[[str, LaunchpadError], None] | None = None) -> list[dict[str, Any]]:
+        """What `launchpad status` shows: each job (or one), reconciled with its provider first, with
+        the live phase and speed when an instance runs. One unreachable provider never hides the other
+        jobs: its error goes to `on_error` and its job is shown as last recorded."""
+        from .errors import JobNotFound
+
+        rows = []
+        for job_id in [self.db.job(job_ref).id] if job_ref else [j.id for j in self.db.jobs()]:
+            try:
+                job = self.refresh(job_id)
+            except JobNotFound:
+                raise
+            except LaunchpadError as e:
+                if on_error:
+                    on_error(job_id, e)
+                job = self.db.job(job_id)
+            row = job.to_json()
+            row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
+            inst = self._live_instance(job_id)
+            if inst is not None:
+                try:
+                    p = self.provider(inst.provider).progress(inst)
+                    row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat)
+                except Exception:  # status shows what it can even when a provider is unreachable
+                    row["phase"] = "unknown"
+            rows.append(row)
+        return rows
 
     def _live_instance(self, job_id: str) -> Instance | None:
         live = self.db.instances(job_id, live_only=True)
@@ -439,7 +459,7 @@ class Lifecycle:
 def _deepspeed_config(recipe) -> dict | None:
     if not recipe.deepspeed:
         return None
-    from .train.dsconfig import load_config
+    from .dsconfig import load_config
 
     return load_config(recipe.deepspeed)
 

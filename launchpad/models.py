@@ -9,6 +9,8 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from .jobspec import JobSpec
+
 JOB_TAG = "launchpad-job"  # every resource launchpad creates carries this tag: the reaper finds it by it
 
 
@@ -149,9 +151,9 @@ class CheckpointRef:
 
 @dataclass(frozen=True)
 class Bundle:
-    """What sync() pushes to an instance: the job spec (JSON-able) and the recipe text."""
+    """What sync() pushes to an instance: the job spec and the recipe text."""
 
-    job_spec: Mapping[str, Any]
+    job_spec: JobSpec
     recipe_text: str
     env: Mapping[str, str] = field(default_factory=dict)  # resolved at launch; never stored or logged
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import logging
 import os
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from . import hookspecs
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .provider import Provider
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +115,39 @@ def emit_job_event(job: dict, event: dict) -> None:
         get_plugin_manager().hook.launchpad_job_event(job=job, event=event)
     except Exception:  # a broken notifier must never break a job
         log.exception("a launchpad_job_event hook failed")
+
+
+def configured_providers(only: str | None = None) -> tuple[dict[str, Provider], dict[str, str]]:
+    """Instantiate every registered provider with its section of config.yaml and run its check().
+
+    Returns ``(usable: dict[name, Provider], unavailable: dict[name, reason])``."""
+    from .settings import load_user_config
+
+    config = load_user_config().get("providers") or {}
+    usable: dict[str, Provider] = {}
+    unavailable: dict[str, str] = {}
+    for name, cls in sorted(get_provider_classes().items()):
+        if only and name != only:
+            continue
+        try:
+            provider = cls(config.get(name) or {})
+            reason = provider.check()
+        except Exception as e:  # check() must not raise; a broken plugin still must not break the CLI
+            reason = f"check failed: {e}"
+        if reason:
+            unavailable[name] = reason
+        else:
+            usable[name] = provider
+    return usable, unavailable
+
+
+def provider_for(name: str) -> Provider:
+    """The configured provider `name` (for jobs that already ran on it), even if check() fails now."""
+    from .errors import NotConfigured
+    from .settings import load_user_config
+
+    classes = get_provider_classes()
+    if name not in classes:
+        raise NotConfigured(f"provider {name!r} is not installed", provider=name, hint=f"pip install launchpad-{name}")
+    config = load_user_config().get("providers") or {}
+    return classes[name](config.get(name) or {})

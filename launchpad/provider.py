@@ -50,6 +50,11 @@ class Provider(ABC):
         """Where checkpoints go when the recipe names no `checkpoint.uri`; None = the recipe must name one."""
         return None
 
+    def checkpoint_uri_for(self, instance: Instance) -> str | None:
+        """The store for a job on `instance` whose recipe names none (asked once, before the first sync;
+        the answer is kept in the job spec). Default: `default_checkpoint_uri()`."""
+        return self.default_checkpoint_uri()
+
     # -- discovery ---------------------------------------------------------------------------------
     @abstractmethod
     def check(self) -> str | None:

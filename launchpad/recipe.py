@@ -152,7 +152,7 @@ def _check_deepspeed(value: str | None, info: ValidationInfo) -> str | None:
         return None
     value = _no_control_chars(value)
     base_dir, check = _context(info)
-    from .train.dsconfig import PRESETS, looks_like_preset, preset_path
+    from .dsconfig import PRESETS, looks_like_preset, preset_path
 
     if looks_like_preset(value) and not (base_dir is not None and (base_dir / value).exists()):
         if value not in PRESETS:
@@ -430,7 +430,7 @@ def _check_deepspeed_config(recipe: Recipe, shown: str) -> None:
     """The DeepSpeed config, "auto" values filled from the recipe, through DeepSpeed's own validation
     (when installed): every bad field named, at validate time rather than on a rented GPU."""
     from .errors import BadInput
-    from .train.dsconfig import load_config, validate_config
+    from .dsconfig import load_config, validate_config
 
     try:
         problems = validate_config(load_config(recipe.deepspeed), recipe)

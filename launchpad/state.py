@@ -11,10 +11,12 @@ import json
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
-from .errors import JobNotFound, StateError
+from .errors import BadInput, JobNotFound, StateError
+from .jobspec import JobSpec
 from .models import Instance, InstanceState, JobState
 
 _SCHEMA = """
@@ -59,6 +61,50 @@ CREATE INDEX IF NOT EXISTS instances_job ON instances (job_id);
 """
 
 _JOB_FIELDS = {"state", "provider", "plan_json", "step", "total_steps", "loss", "last_checkpoint", "cost_usd", "error"}
+# Columns added after the first release: added to an older state file when it is opened.
+_ADDED_COLUMNS = {"jobs": (("recipe_text", "TEXT"), ("options_json", "TEXT"))}
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How the client runs a job (never sent to the instance): `--provider` and `--minimize`."""
+
+    only_provider: str | None = None
+    minimize: str = "cost"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the jobs table, typed. Read once per lifecycle step and passed on."""
+
+    id: str
+    name: str
+    state: JobState
+    spec: JobSpec
+    recipe_text: str = ""
+    options: JobOptions = field(default_factory=JobOptions)
+    provider: str | None = None
+    recipe_path: str | None = None
+    plan: list[dict[str, Any]] | None = None
+    step: int = 0
+    total_steps: int | None = None
+    loss: float | None = None
+    last_checkpoint: str | None = None
+    cost_usd: float = 0.0
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def recipe(self) -> Mapping[str, Any]:
+        return self.spec.recipe
+
+    def to_json(self) -> dict[str, Any]:
+        """The job for scripts (`--json`) and the status views."""
+        return {"id": self.id, "name": self.name, "state": self.state.value, "provider": self.provider,
+                "step": self.step, "total_steps": self.total_steps, "loss": self.loss,
+                "last_checkpoint": self.last_checkpoint, "cost_usd": self.cost_usd, "error": self.error,
+                "recipe": self.recipe_path, "created_at": self.created_at, "updated_at": self.updated_at}
 
 
 class StateDB:
@@ -74,6 +120,11 @@ class StateDB:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                have = {r["name"] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+                for name, kind in columns:
+                    if name not in have:
+                        self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
         except sqlite3.Error as e:
             raise StateError(f"cannot open the state database {self.path}: {e}") from None
 
@@ -97,14 +148,23 @@ class StateDB:
                 raise StateError(f"state database {self.path}: {e}") from None
 
     # -- jobs -----------------------------------------------------------------------------------------
-    def create_job(self, job_id: str, name: str, recipe_path: str | None, recipe: dict, spec: dict) -> None:
+    def create_job(self, name: str, recipe_path: str | None, spec: JobSpec, recipe_text: str,
+                   options: JobOptions | None = None) -> None:
         now = time.time()
+        options = options or JobOptions()
         self._tx(
-            "INSERT INTO jobs (id, name, state, recipe_path, recipe_json, spec_json, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (job_id, name, JobState.PENDING.value, recipe_path, json.dumps(recipe), json.dumps(spec), now, now),
+            "INSERT INTO jobs (id, name, state, recipe_path, recipe_json, spec_json, recipe_text, options_json,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (spec.job_id, name, JobState.PENDING.value, recipe_path, json.dumps(dict(spec.recipe)),
+             json.dumps(spec.to_json()), recipe_text,
+             json.dumps({"only_provider": options.only_provider, "minimize": options.minimize}), now, now),
         )
-        self.add_event(job_id, "created", {"recipe": recipe_path})
+        self.add_event(spec.job_id, "created", {"recipe": recipe_path})
+
+    def update_spec(self, spec: JobSpec) -> None:
+        """Store a changed spec (e.g. the resolved checkpoint URI, so `resume` goes back to the same store)."""
+        self._tx("UPDATE jobs SET spec_json = ?, updated_at = ? WHERE id = ?",
+                 (json.dumps(spec.to_json()), time.time(), spec.job_id))
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         bad = set(fields) - _JOB_FIELDS
@@ -123,7 +183,7 @@ class StateDB:
         self.update_job(job_id, **fields)
         self.add_event(job_id, f"state:{state.value}", data)
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobRecord:
         """A job by id or unique id prefix or unique name. Raises JobNotFound."""
         row = self._tx("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
@@ -140,10 +200,10 @@ class StateDB:
                     hint="`launchpad status` lists jobs",
                 )
             row = rows[0]
-        return _job_dict(row)
+        return _job_record(row)
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return [_job_dict(r) for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall()]
+    def jobs(self) -> list[JobRecord]:
+        return [_job_record(r) for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall()]
 
     # -- instances ------------------------------------------------------------------------------------
     def record_instance(self, instance: Instance) -> None:
@@ -200,10 +260,24 @@ class StateDB:
             yield {"seq": r["seq"], "ts": r["ts"], "kind": r["kind"], "data": json.loads(r["data_json"])}
 
 
-def _job_dict(row: sqlite3.Row) -> dict[str, Any]:
+def _job_record(row: sqlite3.Row) -> JobRecord:
     d = dict(row)
-    d["state"] = JobState(d["state"])
-    d["recipe"] = json.loads(d.pop("recipe_json"))
-    d["spec"] = json.loads(d.pop("spec_json"))
-    d["plan"] = json.loads(d.pop("plan_json")) if d.get("plan_json") else None
-    return d
+    try:
+        spec_data = json.loads(d["spec_json"])
+        options = json.loads(d.get("options_json") or "null") or {
+            # rows written before options_json existed kept these in the spec
+            "only_provider": spec_data.get("only_provider"), "minimize": spec_data.get("minimize", "cost")}
+        spec = JobSpec.from_json(spec_data, source=f"job {d['id']} in the state database")
+        plan = json.loads(d["plan_json"]) if d.get("plan_json") else None
+        state = JobState(d["state"])
+    except (ValueError, TypeError, KeyError, BadInput) as e:
+        raise StateError(f"job {d.get('id')!r} in the state database is damaged: {str(e).splitlines()[0]}",
+                         hint="`launchpad down --all` still finds its instances by tag") from None
+    return JobRecord(
+        id=d["id"], name=d["name"], state=state, spec=spec,
+        recipe_text=d.get("recipe_text") or spec_data.get("recipe_text") or "",
+        options=JobOptions(only_provider=options.get("only_provider"), minimize=options.get("minimize") or "cost"),
+        provider=d.get("provider"), recipe_path=d.get("recipe_path"), plan=plan, step=d.get("step") or 0,
+        total_steps=d.get("total_steps"), loss=d.get("loss"), last_checkpoint=d.get("last_checkpoint"),
+        cost_usd=d.get("cost_usd") or 0.0, error=d.get("error"), created_at=d["created_at"], updated_at=d["updated_at"],
+    )

@@ -39,6 +39,19 @@ def launchpad_home(tmp_path, monkeypatch):
     plugins.reset()
 
 
+@pytest.fixture(scope="session")
+def launchpad_sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.1 (key auth, pinned host key) for `VMProvider` subclasses: `.config()` has
+    address, port, user, key, host_key, python and root. Skips when OpenSSH's sshd is not installed."""
+    from .testing_ssh import SSHD, LoopbackSshd
+
+    if not os.path.exists(SSHD):
+        pytest.skip("needs OpenSSH's sshd: apt-get install -y openssh-server")
+    server = LoopbackSshd(tmp_path_factory.mktemp("launchpad-sshd")).start()
+    yield server
+    server.stop()
+
+
 class ProviderConformance:
     """The contract tests every provider must pass (see launchpad/provider.py)."""
 

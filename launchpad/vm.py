@@ -76,8 +76,9 @@ class VMProvider(Provider):
         return instance.data.get("root") or self.config.get("root") or self.default_root
 
     def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
-        """Extra keys for the instance's job.json (e.g. the self-stop command for the idle watchdog;
-        for a node of a multi-node job: ``nodes``, ``node_rank``, ``master_addr``, ``master_port``)."""
+        """Changes to the job spec for this instance, applied with `JobSpec.replace` (e.g. ``autostop``
+        with the self-stop command for the idle watchdog; for a node of a multi-node job: ``nodes``,
+        ``node_rank``, ``master_addr``, ``master_port``)."""
         return {}
 
     def nodes(self, instance: Instance) -> list[Instance]:
@@ -85,11 +86,6 @@ class VMProvider(Provider):
         subclass returns one `Instance` per node (rank 0 being `instance` itself). Progress, logs and
         checkpoints come from rank 0, where the trainer's global rank 0 reports and uploads."""
         return [instance]
-
-    def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
-        """The store the instance's trainer writes to: the job spec's, unless a subclass knows better
-        (e.g. a host with its own store when the recipe names none)."""
-        return spec_uri
 
     def known_hosts(self):
         from .ssh.hostkeys import KnownHosts
@@ -200,7 +196,7 @@ class VMProvider(Provider):
                                 hint="set `python:` to an interpreter with venv support (Python >= 3.10)")
         stats["venv"] = json.loads(res.stdout.strip().splitlines()[-1])["action"]
 
-        recipe = json.loads(json.dumps(dict(bundle.job_spec).get("recipe") or {}))  # a deep copy
+        recipe = json.loads(json.dumps(dict(bundle.job_spec.recipe)))  # a deep copy
         inputs = f"{workdir}/inputs"
         for i, ds in enumerate(recipe.get("datasets") or []):
             if _is_local(ds.get("path")):
@@ -210,12 +206,10 @@ class VMProvider(Provider):
         if _is_local(recipe.get("deepspeed")):
             recipe["deepspeed"] = self._push(conn, Path(recipe["deepspeed"]), f"{inputs}/deepspeed", stats)
 
-        spec = {**bundle.job_spec, "recipe": recipe, "workdir": workdir, "status_path": f"{workdir}/status.json",
-                **self.job_spec_extras(instance)}
-        spec["checkpoint_uri"] = self.checkpoint_uri(instance, spec.get("checkpoint_uri"),
-                                                     (recipe.get("checkpoint") or {}).get("uri"))
+        spec = bundle.job_spec.replace(recipe=recipe, workdir=workdir, status_path=f"{workdir}/status.json",
+                                       **self.job_spec_extras(instance))
         # never the resolved env: secrets stay in memory and travel over stdin at `train`
-        conn.put_bytes(json.dumps(spec, indent=2).encode(), f"{workdir}/job.json")
+        conn.put_bytes(spec.dumps().encode(), f"{workdir}/job.json")
         conn.put_bytes(bundle.recipe_text.encode(), f"{workdir}/recipe.yaml")
         self.last_sync = stats
         log.info("synced %s: wheel %s, venv %s, %d files (%d bytes) sent",

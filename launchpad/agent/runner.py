@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..jobspec import AutostopSpec, JobSpec
 from . import FILES, write_pidfile
 from .nvme import choose_data_dir, read_lsblk
 from .prewarm import prewarm
@@ -29,8 +30,8 @@ from .watchdog import IdleWatchdog
 class Agent:
     def __init__(self, workdir: Path):
         self.workdir = workdir.resolve()
-        self.spec: dict[str, Any] = json.loads((self.workdir / FILES["spec"]).read_text())
-        self.job_id = self.spec["job_id"]
+        self.spec = JobSpec.load(self.workdir / FILES["spec"])
+        self.job_id = self.spec.job_id
         self.status = AgentStatus(self.workdir, self.job_id)
         self.trainer: subprocess.Popen | None = None
         self.notice: str | None = None
@@ -73,14 +74,13 @@ class Agent:
     def _train(self) -> int:
         from ..storage import open_store
 
-        recipe = self.spec["recipe"]
-        store = open_store(self.spec["checkpoint_uri"])
+        recipe = dict(self.spec.recipe)
+        store = open_store(self.spec.checkpoint_uri)
 
         # 1. pre-warm: dataset || weights || environment, onto local NVMe when there is some
         self.status.set(phase="prewarm")
         data_dir = choose_data_dir([self.workdir / "data"], lsblk_json=read_lsblk(),
-                                   allow_mount=bool(self.spec.get("mount_nvme")),
-                                   expect_nvme=bool(self.spec.get("expect_nvme", True)))
+                                   allow_mount=self.spec.mount_nvme, expect_nvme=self.spec.expect_nvme)
         data_root = data_dir.path if data_dir.kind == "fallback" else data_dir.path / "launchpad" / self.job_id
         info: dict[str, Any] = {"data_dir": str(data_root), "disk": data_dir.kind, "warning": data_dir.warning}
         if data_dir.warning:
@@ -100,23 +100,20 @@ class Agent:
             return self._finish(143, "stopped during pre-warm")
 
         # 2. train, with checkpoints handed to the uploader and the preemption watcher on
-        trainer_spec = {**self.spec, "recipe": result.recipe,
-                        "status_path": str(self.workdir / "trainer-status.json")}
+        trainer_spec = self.spec.replace(recipe=result.recipe, status_path=str(self.workdir / "trainer-status.json"))
         spec_path = self.workdir / "job.trainer.json"
-        tmp = spec_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(trainer_spec, indent=2))
-        os.replace(tmp, spec_path)
+        trainer_spec.write(spec_path)
 
-        from ..recipe import Recipe, recipe_hash
+        from ..recipe import recipe_hash
 
         uploader = AsyncUploader(
-            store, self.job_id, self.workdir / QUEUE_DIR, keep=int(recipe["checkpoint"]["keep"]),
-            recipe_hash=recipe_hash(Recipe.model_validate(self.spec["recipe"])),
+            store, self.job_id, self.workdir / QUEUE_DIR, keep=self.spec.checkpoint_keep,
+            recipe_hash=recipe_hash(self.spec.recipe_model()),
             on_uploaded=lambda ref: self.status.set(last_checkpoint={"step": ref.step, "uri": ref.uri}),
             log=self.log,
         ).start()
-        watcher = PreemptionWatcher(list(self.spec.get("preemption") or []), self._on_notice,
-                                    interval=float(self.spec.get("preemption_poll_seconds", 2.0)), log=self.log).start()
+        watcher = PreemptionWatcher(list(self.spec.preemption), self._on_notice,
+                                    interval=self.spec.preemption_poll_seconds, log=self.log).start()
         code = self._run_trainer(spec_path, trainer_spec, uploader)
         watcher.stop()
 
@@ -132,7 +129,7 @@ class Agent:
             return self._finish(code, trainer_err or f"trainer exited with {code}")
         return self._finish(0, None, phase="done")
 
-    def _run_trainer(self, spec_path: Path, trainer_spec: dict, uploader: AsyncUploader) -> int:
+    def _run_trainer(self, spec_path: Path, trainer_spec: JobSpec, uploader: AsyncUploader) -> int:
         cmd, extra_env = trainer_command(spec_path, trainer_spec)
         env = {**os.environ, **extra_env, "LAUNCHPAD_AGENT_UPLOAD_QUEUE": str(self.workdir / QUEUE_DIR)}
         env.setdefault("HF_HUB_OFFLINE", "1")
@@ -164,7 +161,7 @@ class Agent:
         self.status.set(error=reason)
         step = int(self.status.trainer().get("step") or 0)
         (self.workdir / FILES["save_now"]).touch()
-        deadline = time.monotonic() + float(self.spec.get("preemption_save_seconds", 110))
+        deadline = time.monotonic() + self.spec.preemption_save_seconds
         while time.monotonic() < deadline and self.trainer_running():
             last = self.status.get("last_checkpoint") or {}
             if (last.get("step") or -1) >= step:
@@ -192,10 +189,9 @@ class Agent:
 
     # -- after the job: stop the machine once nobody uses it -----------------------------------------
     def _watch_idle(self) -> None:
-        autostop = self.spec.get("autostop") or {}
-        idle_seconds = float(autostop.get("idle_seconds") or 60 * float(self.spec["recipe"]["autostop"]["idle_minutes"]))
-        dog = IdleWatchdog(idle_seconds, trainer_running=self.trainer_running,
-                           gpu_threshold=float(autostop.get("gpu_threshold", 10)))
+        autostop = self.spec.autostop
+        idle_seconds = autostop.seconds
+        dog = IdleWatchdog(idle_seconds, trainer_running=self.trainer_running, gpu_threshold=autostop.gpu_threshold)
         poll = min(5.0, max(0.2, idle_seconds / 10))
         while not self._stopping.is_set():
             idle = dog.idle_for()
@@ -205,10 +201,10 @@ class Agent:
                 return
             self._stopping.wait(poll)
 
-    def _autostop(self, autostop: dict, idle: float) -> None:
-        action = autostop.get("action") or self.spec["recipe"]["autostop"]["action"]
-        command = autostop.get("command")
-        record = {"action": action, "idle_seconds": round(idle, 1), "at": time.time(), "command": command}
+    def _autostop(self, autostop: AutostopSpec, idle: float) -> None:
+        action, command = autostop.action, autostop.command
+        record = {"action": action, "idle_seconds": round(idle, 1), "at": time.time(),
+                  "command": list(command) if command else None}
         (self.workdir / "autostopped.json").write_text(json.dumps(record))
         self.status.set(autostop=record)
         if not command:
@@ -221,7 +217,7 @@ class Agent:
             self.log(f"error: the {action} command failed: {e}")
 
 
-def trainer_command(spec_path: Path, spec: dict) -> tuple[list[str], dict[str, str]]:
+def trainer_command(spec_path: Path, spec: JobSpec) -> tuple[list[str], dict[str, str]]:
     """The trainer's argv (+ env): a launcher for DeepSpeed/multi-node when the trainer package has one."""
     try:
         from ..train.launch import trainer_command as build

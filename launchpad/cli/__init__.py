@@ -54,7 +54,7 @@ def schema() -> None:
 def check(as_json: bool) -> None:
     """Installed provider plugins: usable here, or why not (like `sky check`)."""
     from ..plugins import get_provider_classes, plugin_names
-    from ._common import configured_providers
+    from ..plugins import configured_providers
 
     usable, unavailable = configured_providers()
     dists = {name: dist for name, dist in plugin_names()}
@@ -114,19 +114,17 @@ def resume(job: str, detach: bool, as_json: bool) -> None:
     _print_outcome(result, as_json, detach)
 
 
-def _print_outcome(job: dict, as_json: bool, detach: bool) -> None:
-    from ._views import job_json
-
+def _print_outcome(job, as_json: bool, detach: bool) -> None:
     if as_json:
-        emit_json(job_json(job))
+        emit_json(job.to_json())
         return
-    state = job["state"].value
+    state = job.state.value
     if detach and state == "TRAINING":
-        console().print(f"[green]✓[/] {job['id']} is training; follow it with `launchpad logs {job['id']} -f`")
+        console().print(f"[green]✓[/] {job.id} is training; follow it with `launchpad logs {job.id} -f`")
     elif state == "SUCCEEDED":
-        console().print(f"[green]✓[/] {job['id']} succeeded at step {job['step']}; checkpoint {job['last_checkpoint']}")
+        console().print(f"[green]✓[/] {job.id} succeeded at step {job.step}; checkpoint {job.last_checkpoint}")
     else:
-        console().print(f"{job['id']}: {state}")
+        console().print(f"{job.id}: {state}")
 
 
 @cli.command()
@@ -135,38 +133,20 @@ def _print_outcome(job: dict, as_json: bool, detach: bool) -> None:
 def status(job: str | None, as_json: bool) -> None:
     """Jobs with phase, step/total, loss, last checkpoint and cost so far."""
     from ._run import open_lifecycle
-    from ._views import job_json, render_job, render_jobs
-
-    from ..errors import JobNotFound, LaunchpadError
+    from ._views import render_job, render_jobs
 
     lc = open_lifecycle(as_json)
 
-    def refreshed(job_id: str) -> dict:
-        try:
-            return lc.refresh(job_id)
-        except JobNotFound:
-            raise
-        except LaunchpadError as e:  # an unreachable provider must not hide the other jobs
-            err_console().print(f"[yellow]![/] {job_id}: cannot refresh: {e}", soft_wrap=True)
-            return lc.db.job(job_id)
+    def warn(job_id: str, e: Exception) -> None:
+        from rich.markup import escape
 
-    jobs = [refreshed(job)] if job else [refreshed(j["id"]) for j in lc.db.jobs()]
-    rows = []
-    for j in jobs:
-        row = job_json(j)
-        row["cost_usd"] = round(lc.db.cost_so_far(j["id"]), 4)
-        inst = lc._live_instance(j["id"])
-        if inst is not None:
-            try:
-                p = lc.provider(inst.provider).progress(inst)
-                row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat)
-            except Exception:  # status must show what it can even when a provider is unreachable
-                row["phase"] = "unknown"
-        rows.append(row)
+        err_console().print(f"[yellow]![/] {escape(job_id)}: cannot refresh: {escape(str(e))}", soft_wrap=True)
+
+    rows = lc.status_rows(job, on_error=warn)
     if as_json:
         emit_json(rows)
     elif job:
-        render_job(rows[0], list(lc.db.events(jobs[0]["id"])))
+        render_job(rows[0], list(lc.db.events(rows[0]["id"])))
     else:
         render_jobs(rows)
 

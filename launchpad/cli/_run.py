@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._common import configured_providers, console, err_console, provider_for
+from ..plugins import configured_providers, provider_for
+from ._common import console, err_console
 
 
 def open_lifecycle(quiet: bool, only: str | None = None):

@@ -10,24 +10,6 @@ from ._common import console
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
 
-def job_json(job: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": job["id"],
-        "name": job["name"],
-        "state": job["state"].value,
-        "provider": job.get("provider"),
-        "step": job.get("step") or 0,
-        "total_steps": job.get("total_steps"),
-        "loss": job.get("loss"),
-        "last_checkpoint": job.get("last_checkpoint"),
-        "cost_usd": job.get("cost_usd") or 0.0,
-        "error": job.get("error"),
-        "recipe": job.get("recipe_path"),
-        "created_at": job.get("created_at"),
-        "updated_at": job.get("updated_at"),
-    }
-
-
 def _age(ts: float | None) -> str:
     if not ts:
         return ""

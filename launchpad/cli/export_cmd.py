@@ -31,14 +31,14 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
     missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
     if missing:
         raise BadInput(f"export needs the [train] extra here (missing: {', '.join(missing)}): pip install 'launchpad[train]'")
-    from ..recipe import Recipe
+
     from ..train.export import export_job
     from ._run import open_lifecycle
 
     lc = open_lifecycle(True)
     record = lc.db.job(job)
-    job_id = record["id"]
-    uri = record["spec"].get("checkpoint_uri")
+    job_id = record.id
+    uri = record.spec.checkpoint_uri
     if not uri:  # the provider's default store, as `resume` finds it
         provider = lc.providers.get(record.get("provider") or "")
         uri = provider.default_checkpoint_uri() if provider else None
@@ -52,7 +52,7 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
     # Libraries print to stdout while loading (DeepSpeed's accelerator probe, ...): stdout is for our
     # result (and --json), so everything said while exporting goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
-        result = export_job(job_id, Recipe.model_validate(record["recipe"]), uri, target, step=step, dtype=dtype, log=say)
+        result = export_job(job_id, record.spec.recipe_model(), uri, target, step=step, dtype=dtype, log=say)
     if as_json:
         emit_json({"job": job_id, "path": str(result.path), "step": result.step, "checkpoint": result.checkpoint_uri,
                    "merged_adapter": result.merged_adapter, "dtype": result.dtype})

@@ -159,7 +159,7 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     from ..planner import plan as make_plan
     from ..planner import plan_to_json, rejection_summary
     from ..recipe import load_recipe
-    from ._common import configured_providers
+    from ..plugins import configured_providers
 
     r = load_recipe(recipe)
     usable, unavailable = configured_providers()
@@ -212,7 +212,7 @@ def offers(gpu: str | None, spot: bool, regions: tuple[str, ...], provider: str 
     """What the market has, cheapest first, configured provider or not (like `dstack offer`)."""
     from ..planner import offer_json
     from ..planner.market import market
-    from ._common import configured_providers
+    from ..plugins import configured_providers
 
     usable, _ = configured_providers()
     rows = market(gpu, spot=spot, regions=regions, providers=usable, only_providers=(provider,) if provider else (),

@@ -37,12 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from ..errors import LaunchpadError
-    from .spec import JobSpec
+    from .spec import TrainJob
     from .distributed import status_writer
     from .trainer import first_line, print_error, run
 
     try:
-        spec = JobSpec.load(args.spec)
+        spec = TrainJob.load(args.spec)
     except LaunchpadError as e:
         print_error(str(e))
         return e.exit_code

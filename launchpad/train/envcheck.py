@@ -159,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = collect()
     if args.spec is not None:
-        from .spec import JobSpec
+        from .spec import TrainJob
 
-        spec = JobSpec.load(args.spec)
+        spec = TrainJob.load(args.spec)
         ds = spec.deepspeed_config is not None or bool(spec.recipe.deepspeed)
         env["problems"] = problems(spec.recipe, env, deepspeed=ds)
     if args.out is not None:

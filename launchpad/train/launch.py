@@ -22,7 +22,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from ..jobspec import JobSpec
 
 DEFAULT_MASTER_PORT = 29500
 HOSTFILE = "hostfile"
@@ -43,20 +45,19 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def _cache_dir(spec: dict[str, Any], name: str) -> str:
+def _cache_dir(spec: JobSpec, spec_path: str, name: str) -> str:
     home = os.environ.get("LAUNCHPAD_HOME")
-    base = Path(home) / "cache" if home else Path(spec["workdir"]) / "cache"
+    base = Path(home) / "cache" if home else Path(spec.workdir or Path(spec_path).parent) / "cache"
     return str(base / name)
 
 
-def needs_launcher(spec: dict[str, Any], *, nnodes: int, nproc_per_node: int) -> bool:
-    recipe = spec.get("recipe") or {}
-    return bool(recipe.get("deepspeed") or spec.get("deepspeed_config")) or nnodes > 1 or nproc_per_node > 1
+def needs_launcher(spec: JobSpec, *, nnodes: int, nproc_per_node: int) -> bool:
+    return bool(spec.recipe.get("deepspeed") or spec.deepspeed_config) or nnodes > 1 or nproc_per_node > 1
 
 
 def trainer_command(
     spec_path: str | os.PathLike,
-    spec: dict[str, Any],
+    spec: JobSpec | Mapping[str, Any],
     *,
     node_rank: int | None = None,
     nnodes: int | None = None,
@@ -65,7 +66,8 @@ def trainer_command(
     nproc_per_node: int | None = None,
     launcher: str = "torchrun",
 ) -> tuple[list[str], dict[str, str]]:
-    """(argv, extra environment) that start the trainer for `spec` (the parsed job.json at `spec_path`).
+    """(argv, extra environment) that start the trainer for `spec` (the job.json at `spec_path`, as a
+    `JobSpec` or its JSON).
 
     Keyword arguments win over the spec, the spec over defaults: node_rank (spec "node_rank", else 0),
     nnodes (len(spec "nodes"), else recipe resources.nodes, else 1), master_addr (spec "master_addr",
@@ -77,17 +79,18 @@ def trainer_command(
     if launcher not in ("torchrun", "deepspeed"):
         raise ValueError(f"launcher must be 'torchrun' or 'deepspeed', not {launcher!r}")
     spec_path = str(Path(spec_path).resolve())
-    recipe = spec.get("recipe") or {}
-    nodes = list(spec.get("nodes") or [])
+    if not isinstance(spec, JobSpec):
+        spec = JobSpec.from_json(dict(spec), source=spec_path)
+    nodes = [{"rank": n.rank, "address": n.address} for n in spec.nodes]
     if nnodes is None:
-        nnodes = len(nodes) or int((recipe.get("resources") or {}).get("nodes") or 1)
+        nnodes = len(nodes) or int((spec.recipe.get("resources") or {}).get("nodes") or 1)
     if node_rank is None:
-        node_rank = int(spec.get("node_rank") or 0)
+        node_rank = int(spec.node_rank or 0)
     if master_addr is None:
         first = next((n["address"] for n in nodes if int(n["rank"]) == 0), None)
-        master_addr = spec.get("master_addr") or first or "127.0.0.1"
+        master_addr = spec.master_addr or first or "127.0.0.1"
     if master_port is None:
-        master_port = int(spec.get("master_port") or DEFAULT_MASTER_PORT)
+        master_port = int(spec.master_port or DEFAULT_MASTER_PORT)
     if nproc_per_node is None:
         nproc_per_node = max(1, gpu_count())
     if not 0 <= node_rank < nnodes:
@@ -97,7 +100,7 @@ def trainer_command(
     if "OMP_NUM_THREADS" not in os.environ:  # torchrun would force 1; one share of the cores per rank
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc_per_node))
     if "TORCH_EXTENSIONS_DIR" not in os.environ:  # DeepSpeed compiles ops on first use: keep them
-        env["TORCH_EXTENSIONS_DIR"] = _cache_dir(spec, "torch_extensions")
+        env["TORCH_EXTENSIONS_DIR"] = _cache_dir(spec, spec_path, "torch_extensions")
     module = ["-m", "launchpad.train", "--spec", spec_path]
     if not needs_launcher(spec, nnodes=nnodes, nproc_per_node=nproc_per_node):
         return [sys.executable, *module], env

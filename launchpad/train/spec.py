@@ -1,35 +1,19 @@
-"""The job spec: the one JSON file that tells `python -m launchpad.train` what to do.
-
-    {"job_id": "smoke-lora-3f9a1c",
-     "recipe": <Recipe.model_dump(mode="json")>,   # local paths already absolute
-     "checkpoint_uri": "file:///abs/checkpoints",   # store ROOT; this job's checkpoints go under <root>/<job_id>/
-     "workdir": "/abs/instance/dir",               # scratch: model cache, local HF output_dir, downloads
-     "status_path": "/abs/instance/dir/status.json",
-     "max_steps": null,                            # optional; wins over recipe.max_steps (`up --smoke`)
-     # optional, multi-node (resources.nodes > 1): every node gets the same list; its own rank too
-     "nodes": [{"rank": 0, "address": "10.0.0.5"}, {"rank": 1, "address": "10.0.0.6"}],
-     "node_rank": 0, "master_addr": "10.0.0.5", "master_port": 29500,
-     # optional: the DeepSpeed config itself (the recipe's path is the client's; this travels with the job)
-     "deepspeed_config": {...}}
-
-Written by the lifecycle code on the client, read on the instance. Only this module knows its shape.
+"""The trainer's view of the job spec: `launchpad.jobspec.JobSpec` (the one model and loader) with the
+recipe typed and the instance paths as `Path`s. `python -m launchpad.train --spec job.json` starts here.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput
-
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from ..jobspec import JobSpec as _Spec
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class TrainJob:
     job_id: str
     recipe: Any  # launchpad.recipe.Recipe
     recipe_json: dict[str, Any]
@@ -70,83 +54,23 @@ class JobSpec:
         return self.workdir / "SAVE_NOW"
 
     @classmethod
-    def load(cls, path: str | Path) -> "JobSpec":
-        """Read and check a spec file. Raises BadInput with one line per problem."""
+    def load(cls, path: str | Path) -> "TrainJob":
+        """Read and check a job.json (through `launchpad.jobspec.JobSpec.load`). Raises BadInput."""
+        return cls.from_spec(_Spec.load(path), source=str(path))
+
+    @classmethod
+    def from_spec(cls, spec: _Spec, *, source: str = "job spec") -> "TrainJob":
         from ..recipe import Recipe
 
-        path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise BadInput(f"job spec {path} does not exist") from None
-        except (OSError, ValueError) as e:
-            raise BadInput(f"job spec {path} is not readable JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise BadInput(f"job spec {path} is not a JSON object")
-        problems = []
-        for key in ("job_id", "checkpoint_uri", "workdir", "status_path"):
-            if not isinstance(data.get(key), str) or not data[key]:
-                problems.append(f"{path}: {key}: required, a non-empty string")
-        if not isinstance(data.get("recipe"), dict):
-            problems.append(f"{path}: recipe: required, an object (Recipe.model_dump(mode='json'))")
-        if isinstance(data.get("job_id"), str) and not _JOB_ID.match(data["job_id"]):
-            problems.append(f"{path}: job_id: letters, digits, '.', '_' and '-' only (it names store keys)")
-        max_steps = data.get("max_steps")
-        if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1):
-            problems.append(f"{path}: max_steps: must be a positive integer or null (got {max_steps!r})")
-        for key in ("workdir", "status_path"):
-            if isinstance(data.get(key), str) and data[key] and not Path(data[key]).is_absolute():
-                problems.append(f"{path}: {key}: must be an absolute path (got {data[key]!r})")
-        problems += _multinode_problems(path, data)
-        ds = data.get("deepspeed_config")
-        if ds is not None and not isinstance(ds, dict):
-            problems.append(f"{path}: deepspeed_config: must be an object or null")
-        if problems:
-            raise BadInput("\n".join(problems))
-        try:
-            recipe = Recipe.model_validate(data["recipe"])
+            recipe = Recipe.model_validate(dict(spec.recipe))
         except Exception as e:  # pydantic's ValidationError: keep it to its lines
-            raise BadInput(f"{path}: recipe does not validate: {e}") from None
+            raise BadInput(f"{source}: recipe does not validate: {e}") from None
+        assert spec.checkpoint_uri and spec.workdir and spec.status_path  # checked by JobSpec.load
         return cls(
-            job_id=data["job_id"],
-            recipe=recipe,
-            recipe_json=data["recipe"],
-            checkpoint_uri=data["checkpoint_uri"],
-            workdir=Path(data["workdir"]),
-            status_path=Path(data["status_path"]),
-            max_steps=max_steps,
-            nodes=tuple(data.get("nodes") or ()),
-            node_rank=data.get("node_rank"),
-            master_addr=data.get("master_addr"),
-            master_port=data.get("master_port"),
-            deepspeed_config=data.get("deepspeed_config"),
+            job_id=spec.job_id, recipe=recipe, recipe_json=dict(spec.recipe), checkpoint_uri=spec.checkpoint_uri,
+            workdir=Path(spec.workdir), status_path=Path(spec.status_path), max_steps=spec.max_steps,
+            nodes=tuple({"rank": n.rank, "address": n.address} for n in spec.nodes), node_rank=spec.node_rank,
+            master_addr=spec.master_addr, master_port=spec.master_port,
+            deepspeed_config=dict(spec.deepspeed_config) if spec.deepspeed_config is not None else None,
         )
-
-
-_ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")  # a host name, IPv4 or IPv6 address
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _multinode_problems(path: Path, data: dict[str, Any]) -> list[str]:
-    """Checks of the optional multi-node keys; addresses end up in a launcher's argv and a hostfile."""
-    problems = []
-    nodes = data.get("nodes")
-    if nodes is not None:
-        ok = isinstance(nodes, list) and all(
-            isinstance(n, dict) and _is_int(n.get("rank")) and isinstance(n.get("address"), str)
-            and _ADDRESS.match(n["address"]) for n in nodes)
-        if not ok:
-            problems.append(f"{path}: nodes: must be a list of {{\"rank\": int, \"address\": host or IP}}")
-        elif sorted(n["rank"] for n in nodes) != list(range(len(nodes))):
-            problems.append(f"{path}: nodes: ranks must be 0..{len(nodes) - 1}, each once")
-    for key in ("node_rank", "master_port"):
-        value = data.get(key)
-        if value is not None and (not _is_int(value) or value < 0 or (key == "master_port" and not 0 < value < 65536)):
-            problems.append(f"{path}: {key}: must be a {'port number' if key == 'master_port' else 'non-negative integer'}")
-    addr = data.get("master_addr")
-    if addr is not None and not (isinstance(addr, str) and _ADDRESS.match(addr)):
-        problems.append(f"{path}: master_addr: must be a host name or IP address")
-    return problems

@@ -29,7 +29,7 @@ from ..errors import BadInput, StorageError
 from ..storage import open_store
 from ..storage.checkpoints import download_checkpoint, latest_checkpoint
 from .distributed import Ranks, node_lock
-from .dsconfig import zero_stage
+from ..dsconfig import zero_stage
 from .envcheck import check_environment, summary
 from .model import (
     Precision,
@@ -39,7 +39,7 @@ from .model import (
     uses_gradient_checkpointing,
 )
 from .oom import OutOfMemory, is_oom, oom_advice
-from .spec import JobSpec
+from .spec import TrainJob
 from .status import MAX_LOSSES, StatusWriter
 
 __all__ = ["build_model", "run", "training_args"]
@@ -107,18 +107,18 @@ def _quiet_library_noise(*, on_gpu: bool) -> None:
     warnings.filterwarnings("ignore", message=".*mtime may not be reliable.*")
 
 
-def deepspeed_config(spec: JobSpec) -> dict[str, Any] | None:
+def deepspeed_config(spec: TrainJob) -> dict[str, Any] | None:
     """The run's DeepSpeed config: the one carried in the spec, else the recipe's file or preset."""
     if spec.deepspeed_config is not None:
         return dict(spec.deepspeed_config)
     if not spec.recipe.deepspeed:
         return None
-    from .dsconfig import load_config
+    from ..dsconfig import load_config
 
     return load_config(spec.recipe.deepspeed)
 
 
-def training_args(spec: JobSpec, prec: Precision, *, ds_config: dict[str, Any] | None = None,
+def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] | None = None,
                   optim: str = "adamw_torch"):
     import torch
     from trl import SFTConfig
@@ -165,7 +165,7 @@ def training_args(spec: JobSpec, prec: Precision, *, ds_config: dict[str, Any] |
     )
 
 
-def _resume_checkpoint(spec: JobSpec, store, ranks: Ranks, status: StatusWriter):
+def _resume_checkpoint(spec: TrainJob, store, ranks: Ranks, status: StatusWriter):
     """(ref, local folder) of the newest complete store checkpoint, or (None, None). One download per
     machine: the node's ranks take turns on a lock and reuse a verified folder."""
     from ..storage.checkpoints import MANIFEST
@@ -193,7 +193,7 @@ def _resume_checkpoint(spec: JobSpec, store, ranks: Ranks, status: StatusWriter)
     return ref, dest
 
 
-def run(spec: JobSpec, status: StatusWriter) -> int:
+def run(spec: TrainJob, status: StatusWriter) -> int:
     """Train the job to its last step and return that step. Raises LaunchpadError (or anything else)."""
     t0 = time.monotonic()
     recipe = spec.recipe

@@ -114,5 +114,5 @@ def test_a_failed_download_ends_the_job_with_one_line(run_cli, launchpad_home, t
     with pytest.raises(JobFailed) as err:
         lc.run(job_id)
     assert "pre-warm of dataset[0] failed" in str(err.value) and "missing.jsonl" in str(err.value)
-    assert "\n" not in lc.db.job(job_id)["error"]
-    assert lc.db.job(job_id)["state"].value == "FAILED"
+    assert "\n" not in lc.db.job(job_id).error
+    assert lc.db.job(job_id).state.value == "FAILED"

@@ -126,13 +126,13 @@ def _spec(tmp_path: Path, **over) -> Path:
 
 
 def test_spec_loads_and_max_steps_override_wins(tmp_path):
-    from launchpad.train.spec import JobSpec
+    from launchpad.train.spec import TrainJob
 
-    spec = JobSpec.load(_spec(tmp_path, max_steps=7))
+    spec = TrainJob.load(_spec(tmp_path, max_steps=7))
     assert spec.total_steps_override == 7 and spec.recipe.name == "smoke-lora"
     assert spec.save_now_flag == tmp_path / "w" / "SAVE_NOW"
     assert len(spec.recipe_hash) == 64
-    assert JobSpec.load(_spec(tmp_path)).total_steps_override == spec.recipe.max_steps
+    assert TrainJob.load(_spec(tmp_path)).total_steps_override == spec.recipe.max_steps
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_spec_loads_and_max_steps_override_wins(tmp_path):
     ],
 )
 def test_bad_specs_name_the_field(tmp_path, over, field):
-    from launchpad.train.spec import JobSpec
+    from launchpad.train.spec import TrainJob
 
     with pytest.raises(BadInput, match=field):
-        JobSpec.load(_spec(tmp_path, **over))
+        TrainJob.load(_spec(tmp_path, **over))

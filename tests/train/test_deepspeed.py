@@ -93,7 +93,7 @@ def test_zero3_resume_continues_the_same_curve(tmp_path, env, zero2):
 
 def test_presets_validate_and_fill_auto_from_the_recipe():
     from launchpad.recipe import load_recipe
-    from launchpad.train import dsconfig
+    from launchpad import dsconfig
 
     recipe = load_recipe(REPO / "recipes" / "full-deepspeed-8b.yaml")
     for name in dsconfig.PRESETS:

@@ -73,16 +73,16 @@ def test_multi_node_gets_rank_master_and_a_hostfile(tmp_path):
 
 def test_spec_rejects_bad_multinode_fields(tmp_path):
     from launchpad.errors import BadInput
-    from launchpad.train.spec import JobSpec
+    from launchpad.train.spec import TrainJob
 
     path, spec = _spec(tmp_path, nodes=[{"rank": 0, "address": "10.0.0.5; rm -rf /"}], master_port=70000)
     with pytest.raises(BadInput) as e:
-        JobSpec.load(path)
+        TrainJob.load(path)
     assert "nodes:" in str(e.value) and "master_port" in str(e.value)
     spec.update(nodes=[{"rank": 0, "address": "h0"}, {"rank": 2, "address": "h1"}], master_port=29500)
     path.write_text(json.dumps(spec))
     with pytest.raises(BadInput, match="ranks must be 0..1"):
-        JobSpec.load(path)
+        TrainJob.load(path)
 
 
 def _two_nodes(tmp_path, max_steps: int, port: int) -> list:

@@ -21,6 +21,7 @@ from launchpad.agent import FILES, pid_alive
 from launchpad.agent.workdir import job_state
 from launchpad.agent.workdir import stop as stop_workdir
 from launchpad.errors import ProviderError
+from launchpad.jobspec import JobSpec
 from launchpad.models import (
     JOB_TAG,
     Bundle,
@@ -102,16 +103,16 @@ class LocalProvider(Provider):
         workdir = self._dir(instance)
         if not workdir.exists():
             raise ProviderError(f"local instance {instance.id} is gone", provider=self.name)
-        spec = {
-            **bundle.job_spec, "workdir": str(workdir), "status_path": str(workdir / FILES["status"]),
+        spec = bundle.job_spec.replace(
+            workdir=str(workdir), status_path=str(workdir / FILES["status"]),
             # Nothing bills on this machine: when idle, the agent just ends, unless a command is configured.
-            "autostop": {"command": self.config.get("autostop_command"), "idle_seconds": self.config.get("idle_seconds")},
-            "preemption": list(self.config.get("preemption") or []),  # e.g. ["aws"] against a metadata double
-            "preemption_poll_seconds": float(self.config.get("preemption_poll_seconds", 2.0)),
-            "mount_nvme": False,  # never format or mount disks on the user's own machine
-            "expect_nvme": False,
-        }
-        _write_json(workdir / FILES["spec"], spec)  # never the resolved env: secrets stay in memory
+            autostop={"command": self.config.get("autostop_command"), "idle_seconds": self.config.get("idle_seconds")},
+            preemption=self.config.get("preemption") or (),  # e.g. ["aws"] against a metadata double
+            preemption_poll_seconds=float(self.config.get("preemption_poll_seconds", 2.0)),
+            mount_nvme=False,  # never format or mount disks on the user's own machine
+            expect_nvme=False,
+        )
+        spec.write(workdir / FILES["spec"])  # never the resolved env: secrets stay in memory
         (workdir / "recipe.yaml").write_text(bundle.recipe_text)
 
     def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
@@ -167,8 +168,8 @@ class LocalProvider(Provider):
         from launchpad.storage.checkpoints import latest_checkpoint
 
         workdir = self._dir(instance)
-        spec = json.loads((workdir / FILES["spec"]).read_text())
-        store = open_store(spec["checkpoint_uri"])
+        spec = JobSpec.load(workdir / FILES["spec"])
+        store = open_store(spec.checkpoint_uri)
         if self.progress(instance).running:
             before = self.progress(instance).step
             (workdir / FILES["save_now"]).touch()
@@ -180,7 +181,7 @@ class LocalProvider(Provider):
                 time.sleep(0.25)
             else:
                 raise ProviderError(f"no checkpoint within {timeout:.0f} s", provider=self.name)
-        return latest_checkpoint(store, spec["job_id"])
+        return latest_checkpoint(store, spec.job_id)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
         workdir = self._dir(instance)

@@ -374,13 +374,10 @@ class SSHProvider(VMProvider):
                           master_port=int(instance.data["master_port"]))
         return extras
 
-    def checkpoint_uri(self, instance: Instance, spec_uri: str, recipe_uri: str | None) -> str:
-        """A host's own `checkpoint_uri` wins over the provider-wide default (never over the recipe's)."""
+    def checkpoint_uri_for(self, instance: Instance) -> str | None:
+        """A host's own `checkpoint_uri` wins over the provider-wide default (the recipe's wins over both)."""
         host = self.host(instance.data.get("host", ""))
-        if recipe_uri is None and host is not None and host.checkpoint_uri:
-            return host.checkpoint_uri
-        return spec_uri
-
+        return (host.checkpoint_uri if host is not None else None) or self.default_checkpoint_uri()
 
 def _owner(text: str) -> dict:
     try:

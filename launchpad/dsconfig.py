@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput
+from .errors import BadInput
 
 PRESETS = ("zero2", "zero3", "zero3-offload")
 _PRESET_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -56,8 +56,8 @@ def preset_path(name: str) -> Path | None:
     """configs/deepspeed/<name>.json when `name` is a preset and the configs folder is found."""
     if name not in PRESETS:
         return None
-    from ..config_dir import configs_dir
-    from ..errors import ConfigError
+    from .config_dir import configs_dir
+    from .errors import ConfigError
 
     try:
         path = configs_dir() / "deepspeed" / f"{name}.json"
