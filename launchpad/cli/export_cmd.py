@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ._common import console, emit_json, err_console, json_option
+from ._common import console, emit_json, err_console, esc, json_option
 
 
 @click.command("export")
@@ -60,6 +60,6 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
         emit_json({"job": job_id, "path": str(result.path), "step": result.step, "checkpoint": result.checkpoint_uri,
                    "merged_adapter": result.merged_adapter, "dtype": result.dtype})
     else:
-        console().print(f"[green]✓[/] {result.path}: {job_id} step {result.step} "
+        console().print(f"[green]✓[/] {esc(result.path)}: {esc(job_id)} step {result.step} "
                         f"({'adapter merged' if result.merged_adapter else 'full weights'}, {result.dtype}); "
-                        f"load it with AutoModelForCausalLM.from_pretrained or `vllm serve {result.path}`")
+                        f"load it with AutoModelForCausalLM.from_pretrained or `vllm serve {esc(result.path)}`")
