@@ -56,24 +56,31 @@ def load_user_config() -> dict[str, Any]:
     return _read_yaml_mapping(path)
 
 
+_CONFIG_FIX = "fix or remove it; it holds `providers:` settings and a `disable:` list, see README"
+
+
 @lru_cache(maxsize=8)
-def _read_cached(path: str, mtime: float) -> dict[str, Any]:
-    import yaml
+def _read_cached(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    # The same reader as recipes: a FIFO or a device here would hang every command, and an alias
+    # bomb would be expanded by whoever walks the settings.
+    from .yamlsafe import YamlError, parse_yaml, read_text
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read it: {str(e).splitlines()[0]}") from None
+        data = parse_yaml(read_text(path))
+    except YamlError as e:
+        raise ConfigError(f"{path}: {'; '.join(e.problems)}", hint=_CONFIG_FIX) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: must be a mapping of settings, got {type(data).__name__}")
+        raise ConfigError(f"{path}: must be a mapping of settings, not {type(data).__name__}", hint=_CONFIG_FIX)
     return data
 
 
 def _read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
-        mtime = path.stat().st_mtime
+        st = path.stat()
     except FileNotFoundError:
         return {}
-    return _read_cached(str(path), mtime)
+    except OSError as e:  # e.g. a path through a file: not worth a traceback
+        raise ConfigError(f"{path}: cannot read it ({e.strerror or e})", hint=_CONFIG_FIX) from None
+    return _read_cached(str(path), st.st_mtime_ns, st.st_size)
