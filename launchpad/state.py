@@ -66,15 +66,17 @@ class StateDB:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
+            from .settings import create_private_file
+
+            create_private_file(self.path, also=("-wal", "-shm"))  # 0600 in a 0700 folder: see there
             self._conn = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False, isolation_level=None)
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise StateError(f"cannot open the state database {self.path}: {e}") from None
 
     @classmethod

@@ -120,11 +120,23 @@ def merge_checkpoint(checkpoint_dir: Path, base_model_path: str | None, out: Pat
         tokenizer.save_pretrained(tmp)
         marker = {"format": 1, "merged_adapter": is_adapter, "dtype": name, **(about or {})}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _user_modes(tmp)
         _swap_into_place(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {out} ({'adapter merged into the base' if is_adapter else 'full weights'}, {name})")
     return is_adapter, name
+
+
+def _user_modes(folder: Path) -> None:
+    """The modes the user's umask gives (mkdtemp makes 0700, and launchpad keeps its own home private
+    with a umask of 077): the model is the user's, for vLLM/TGI that may run as another user."""
+    from ..settings import user_umask
+
+    umask = user_umask()
+    for path in (folder, *folder.rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:

@@ -109,3 +109,23 @@ def test_failed_merge_leaves_no_half_folder(tiny_checkpoint, here):
         _merge(broken, out)
     assert sorted(p.name for p in out.iterdir()) == before and MARKER in before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "model", "ro"]
+
+
+def test_export_gets_the_users_modes_not_launchpads(tiny_checkpoint, here):
+    """Item 18's other side: launchpad keeps its home private with a umask of 077, but an exported
+    model is the user's (a vLLM server may run as another user): it gets the modes of the umask the
+    user had, not mkdtemp's 0700."""
+    import os
+    import stat
+
+    from launchpad.settings import make_private, user_umask
+
+    old = os.umask(0o022)
+    try:
+        make_private()  # what opening the state database does in `launchpad export`
+        _merge(tiny_checkpoint, here / "model")
+    finally:
+        os.umask(old)
+    umask = user_umask()
+    assert stat.S_IMODE((here / "model").stat().st_mode) == 0o777 & ~umask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (here / "model").iterdir()} == {0o666 & ~umask}
