@@ -105,7 +105,7 @@ def test_failed_merge_leaves_no_half_folder(tiny_checkpoint, here):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
-    with pytest.raises(Exception):
+    with pytest.raises((OSError, ValueError)):  # transformers' own errors for an unreadable config.json
         _merge(broken, out)
     assert sorted(p.name for p in out.iterdir()) == before and MARKER in before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "model", "ro"]
