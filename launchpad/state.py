@@ -112,9 +112,11 @@ class StateDB:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
+            from .settings import create_private_file
+
+            create_private_file(self.path, also=("-wal", "-shm"))  # 0600 in a 0700 folder: see there
             self._conn = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False, isolation_level=None)
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -125,7 +127,7 @@ class StateDB:
                 for name, kind in columns:
                     if name not in have:
                         self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise StateError(f"cannot open the state database {self.path}: {e}") from None
 
     @classmethod

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from ._common import console, emit_json, err_console, json_option
+from ._common import console, emit_json, err_console, esc, json_option
 
 EPILOG = "Docs: README.md. Exit codes: 0 ok, 1 job or provider failure, 2 bad input."
 
@@ -38,7 +38,7 @@ def validate(recipe: str, as_json: bool) -> None:
     if as_json:
         emit_json({"recipe": recipe, "valid": True, "name": r.name})
     else:
-        console().print(f"[green]✓[/] {recipe}: valid ({r.name}, adapter {r.adapter})")
+        console().print(f"[green]✓[/] {esc(recipe)}: valid ({esc(r.name)}, adapter {esc(r.adapter)})")
 
 
 @cli.command()
@@ -71,8 +71,8 @@ def check(as_json: bool) -> None:
     for col in ("provider", "usable here", "plugin"):
         table.add_column(col)
     for row in rows:
-        mark = "[green]✓ yes[/]" if row["usable"] else f"[red]✗[/] {row['reason']}"
-        table.add_row(row["provider"], mark, row["plugin"])
+        mark = "[green]✓ yes[/]" if row["usable"] else f"[red]✗[/] {esc(row['reason'])}"
+        table.add_row(esc(row["provider"]), mark, esc(row["plugin"]))
     console().print(table)
     if not usable:
         raise click.exceptions.Exit(1)
@@ -96,7 +96,7 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
     lc = open_lifecycle(as_json, only=None)
     job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize)
     if not as_json:
-        console().print(f"[bold]job[/] {job_id}")
+        console().print(f"[bold]job[/] {esc(job_id)}")
     job = run_reported(lc, as_json, lambda: lc.run(job_id, detach=detach))
     _print_outcome(job, as_json, detach)
 
@@ -120,11 +120,11 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
         return
     state = job.state.value
     if detach and state == "TRAINING":
-        console().print(f"[green]✓[/] {job.id} is training; follow it with `launchpad logs {job.id} -f`")
+        console().print(f"[green]✓[/] {esc(job.id)} is training; follow it with `launchpad logs {esc(job.id)} -f`")
     elif state == "SUCCEEDED":
-        console().print(f"[green]✓[/] {job.id} succeeded at step {job.step}; checkpoint {job.last_checkpoint}")
+        console().print(f"[green]✓[/] {esc(job.id)} succeeded at step {job.step}; checkpoint {esc(job.last_checkpoint)}")
     else:
-        console().print(f"{job.id}: {state}")
+        console().print(f"{esc(job.id)}: {esc(state)}")
 
 
 @cli.command()
@@ -138,9 +138,8 @@ def status(job: str | None, as_json: bool) -> None:
     lc = open_lifecycle(as_json)
 
     def warn(job_id: str, e: Exception) -> None:
-        from rich.markup import escape
 
-        err_console().print(f"[yellow]![/] {escape(job_id)}: cannot refresh: {escape(str(e))}", soft_wrap=True)
+        err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
     rows = lc.status_rows(job, on_error=warn)
     if as_json:
@@ -183,7 +182,7 @@ def down(job: str | None, all_: bool, as_json: bool) -> None:
     if as_json:
         emit_json({"terminated": gone})
     elif gone:
-        console().print(f"[green]✓[/] terminated {', '.join(gone)}")
+        console().print(f"[green]✓[/] terminated {esc(', '.join(gone))}")
     else:
         console().print("nothing to tear down: no live instances")
 
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
             for line in e.problems:
                 err_console().print(line, markup=False, soft_wrap=True)
         else:
-            err_console().print(f"[red]error:[/] {e}", soft_wrap=True)
+            err_console().print(f"[red]error:[/] {esc(e)}", soft_wrap=True)
         if isinstance(e, JobFailed) and e.log_tail:
             err_console().print("[dim]last log lines:[/]")
             for line in e.log_tail[-15:]:

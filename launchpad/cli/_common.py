@@ -25,6 +25,15 @@ def err_console():
     return Console(stderr=True, highlight=False)
 
 
+def esc(text: object) -> str:
+    """User text (paths, job names, error messages, hints) for a rich format string. Rich reads
+    `[...]` as markup: `[/v1]` in a path is a MarkupError and `pip install 'launchpad[s3]'` would lose
+    its `[s3]`. Markup we write ourselves stays outside: f"[red]error:[/] {esc(e)}"."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def json_option(fn: Callable) -> Callable:
     """Adds `--json`: machine-readable output on stdout instead of tables."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of tables.")(fn)

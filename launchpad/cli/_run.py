@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..plugins import configured_providers, provider_for
-from ._common import console, err_console
+from ._common import console, err_console, esc
 
 
 def open_lifecycle(quiet: bool, only: str | None = None):
@@ -22,7 +22,7 @@ class _QuietReporter:
         pass
 
     def warn(self, message: str) -> None:
-        err_console().print(f"[yellow]![/] {message}", soft_wrap=True)
+        err_console().print(f"[yellow]![/] {esc(message)}", soft_wrap=True)
 
     def progress(self, job_id, progress) -> None:
         pass
@@ -39,10 +39,10 @@ class RichReporter:
         self._warned = False
 
     def info(self, message: str) -> None:
-        console().print(f"[bold cyan]›[/] {message}", soft_wrap=True)
+        console().print(f"[bold cyan]›[/] {esc(message)}", soft_wrap=True)
 
     def warn(self, message: str) -> None:
-        console().print(f"[yellow]![/] {message}", soft_wrap=True)
+        console().print(f"[yellow]![/] {esc(message)}", soft_wrap=True)
 
     def progress(self, job_id: str, p) -> None:
         if p.warning and not self._warned:
@@ -57,7 +57,7 @@ class RichReporter:
         if p.last_checkpoint_step is not None and p.last_checkpoint_step != self._last_ckpt:
             if self._last_ckpt is not None or p.resumed_from_step != p.last_checkpoint_step:
                 msg = f"checkpoint-{p.last_checkpoint_step} is complete in the store"
-                (self._progress.console.print if self._progress else self.info)(f"[green]✓[/] {msg}")
+                (self._progress.console if self._progress else console()).print(f"[green]✓[/] {msg}")
             self._last_ckpt = p.last_checkpoint_step
         if p.total_steps is None and p.step == 0:
             return

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import click
 
-from ._common import console, emit_json, err_console, json_option
+from ._common import console, emit_json, err_console, esc, json_option
 
 
 @click.command("export")
 @click.argument("job")
 @click.option("--out", "-o", type=click.Path(file_okay=False), default=None,
-              help="Model folder to write (default: ./<job-id>-merged; replaced if it exists).")
+              help="Model folder to write (default: ./<job-id>-merged): new, empty, or one a previous export wrote.")
 @click.option("--step", type=click.IntRange(min=1), default=None, help="Export this checkpoint (default: the newest complete one).")
 @click.option("--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto", show_default=True,
               help="Weights dtype; auto = the base model's own.")
@@ -27,7 +27,10 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
     import importlib.util
 
     from ..errors import BadInput
+    from ..train.export import check_destination
 
+    if out is not None:  # a folder holding anything else is refused before any work (never deleted)
+        check_destination(Path(out))
     missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
     if missing:
         raise BadInput(f"export needs the [train] extra here (missing: {', '.join(missing)}): pip install 'launchpad[train]'")
@@ -44,7 +47,7 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
         uri = provider.default_checkpoint_uri() if provider else None
     if not uri:
         raise BadInput(f"{job_id}: no checkpoint store is known for this job (its provider is not configured here)")
-    target = Path(out) if out else Path.cwd() / f"{job_id}-merged"
+    target = check_destination(Path(out) if out else Path.cwd() / f"{job_id}-merged")
     say = (lambda _m: None) if as_json else (lambda m: err_console().print(m, markup=False))
     import contextlib
     import sys
@@ -57,6 +60,6 @@ def export(job: str, out: str | None, step: int | None, dtype: str, as_json: boo
         emit_json({"job": job_id, "path": str(result.path), "step": result.step, "checkpoint": result.checkpoint_uri,
                    "merged_adapter": result.merged_adapter, "dtype": result.dtype})
     else:
-        console().print(f"[green]✓[/] {result.path}: {job_id} step {result.step} "
+        console().print(f"[green]✓[/] {esc(result.path)}: {esc(job_id)} step {result.step} "
                         f"({'adapter merged' if result.merged_adapter else 'full weights'}, {result.dtype}); "
-                        f"load it with AutoModelForCausalLM.from_pretrained or `vllm serve {result.path}`")
+                        f"load it with AutoModelForCausalLM.from_pretrained or `vllm serve {esc(result.path)}`")

@@ -10,6 +10,9 @@ or `AutoModelForCausalLM.from_pretrained` load).
 The folder gets the model (safetensors), its config with `use_cache: true` again (training turns it
 off), the generation config and the tokenizer saved with the checkpoint. It is written next to its
 destination and renamed into place, so a failed export leaves no half model behind.
+
+The destination is only ever replaced when it is new, empty, or a folder a previous export wrote (it
+holds MARKER): `--out ~` or `--out my-thesis/` must never be deleted to make room for a model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,30 @@ from typing import Any
 from ..errors import BadInput, IncompleteCheckpoint
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+MARKER = ".launchpad-export.json"  # written into every export; its presence is what allows replacing the folder
+
+
+def check_destination(out: Path) -> Path:
+    """The folder an export may write to, or BadInput (exit 2) before any work is done.
+
+    Allowed: a path that does not exist, an empty folder, or a folder holding MARKER. A symlink is
+    followed, so the folder it points to is the one replaced (the link keeps working)."""
+    out = Path(out).expanduser()
+    if out.is_symlink():
+        out = out.resolve()
+    fix = "give a new or empty folder, or one a previous `launchpad export` wrote"
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise BadInput(f"--out {out}: is a file, not a folder; {fix}")
+    try:
+        names = {p.name for p in out.iterdir()}
+    except OSError as e:
+        raise BadInput(f"--out {out}: cannot list it ({e.strerror or e}); {fix}") from None
+    if names and MARKER not in names:
+        raise BadInput(f"--out {out}: already holds files that no launchpad export wrote "
+                       f"(it would be replaced); {fix}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,8 +80,9 @@ def _torch_dtype(dtype: str, config_path: Path):
 
 
 def merge_checkpoint(checkpoint_dir: Path, base_model_path: str | None, out: Path, *, dtype: str = "auto",
-                     log: Callable[[str], None] = print) -> tuple[bool, str]:
-    """Write the merged (or full) model of one local checkpoint folder to `out` (replaced if present).
+                     log: Callable[[str], None] = print, about: dict[str, Any] | None = None) -> tuple[bool, str]:
+    """Write the merged (or full) model of one local checkpoint folder to `out`: a new or empty folder,
+    or one a previous export wrote (see check_destination). `about` goes into MARKER beside the model.
     Returns (merged an adapter?, dtype written)."""
     import warnings
 
@@ -81,21 +109,52 @@ def merge_checkpoint(checkpoint_dir: Path, base_model_path: str | None, out: Pat
     model.config.use_cache = True  # training switched the KV cache off; serving wants it
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint_dir))
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".lp-export-{out.name}-", dir=out.parent))
+    out = check_destination(out)  # again: the folder may have changed while the model loaded
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".lp-export-{out.name}-", dir=out.parent))
+    except OSError as e:
+        raise BadInput(f"--out {out}: cannot write in {out.parent} ({e.strerror or e}); give a folder you can write") from None
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if out.exists():
-            old = out.with_name(f".lp-old-{out.name}-{os.getpid()}")
-            os.replace(out, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, out)
+        marker = {"format": 1, "merged_adapter": is_adapter, "dtype": name, **(about or {})}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        _user_modes(tmp)
+        _swap_into_place(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {out} ({'adapter merged into the base' if is_adapter else 'full weights'}, {name})")
     return is_adapter, name
+
+
+def _user_modes(folder: Path) -> None:
+    """The modes the user's umask gives (mkdtemp makes 0700, and launchpad keeps its own home private
+    with a umask of 077): the model is the user's, for vLLM/TGI that may run as another user."""
+    from ..settings import user_umask
+
+    umask = user_umask()
+    for path in (folder, *folder.rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished `tmp` to `out`; an old export (or empty folder) there is moved aside first
+    and deleted only once the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".lp-old-{out.name}-", dir=out.parent)) / "old"
+    try:
+        os.replace(out, old)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old, out)  # put the previous export back rather than leave nothing
+            raise
+    finally:
+        shutil.rmtree(old.parent, ignore_errors=True)
 
 
 def export_job(job_id: str, recipe: Any, checkpoint_uri: str, out: Path, *, step: int | None = None,
@@ -114,6 +173,7 @@ def export_job(job_id: str, recipe: Any, checkpoint_uri: str, out: Path, *, step
 
     if dtype not in DTYPES:
         raise BadInput(f"--dtype must be one of {', '.join(DTYPES)}")
+    out = check_destination(out)  # before any download: refuse early
     if isinstance(recipe, dict):
         recipe = Recipe.model_validate(recipe)
     store = open_store(checkpoint_uri)
@@ -129,9 +189,10 @@ def export_job(job_id: str, recipe: Any, checkpoint_uri: str, out: Path, *, step
         log(f"downloading {ref.name} of {job_id} ({ref.bytes / 1e6:.1f} MB)")
         local = download_checkpoint(store, ref, scratch / "checkpoints" / job_id / ref.name)
         base = resolve_base_model(recipe.base_model, scratch) if (local / "adapter_config.json").is_file() else None
-        merged, name = merge_checkpoint(local, base, Path(out), dtype=dtype, log=log)
+        about = {"job": job_id, "step": ref.step, "checkpoint": ref.uri}
+        merged, name = merge_checkpoint(local, base, out, dtype=dtype, log=log, about=about)
     finally:
         if workdir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    return ExportResult(path=Path(out), job_id=job_id, step=ref.step, checkpoint_uri=ref.uri,
+    return ExportResult(path=out, job_id=job_id, step=ref.step, checkpoint_uri=ref.uri,
                         merged_adapter=merged, dtype=name)

@@ -90,7 +90,9 @@ class LocalProvider(Provider):
         meta = workdir / "instance.json"
         if meta.exists():
             return self._load(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
+        from launchpad.settings import make_private
+
+        make_private(workdir)  # 0700, and a umask of 077 for the files the agent and trainer write in it
         instance = Instance(
             provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING, offer=offer,
             address="localhost", created_at=time.time(),
