@@ -75,7 +75,7 @@ class Manifest:
         return json.dumps(body, indent=1).encode()
 
     @classmethod
-    def parse(cls, raw: bytes, *, job_id: str, step: int) -> "Manifest":
+    def parse(cls, raw: bytes, *, job_id: str, step: int) -> Manifest:
         """Parse and sanity-check a manifest; raises IncompleteCheckpoint saying what is wrong."""
         try:
             data: Any = json.loads(raw)
