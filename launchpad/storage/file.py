@@ -63,20 +63,22 @@ class FileStore(Store):
                 )
         return path
 
-    def _write_via_tmp(self, key: str, write, doing: str) -> None:
-        """`write(tmp)` to a temporary file beside the object, then rename it into place: readers
-        see the old object or the new one, never a part."""
-        dest = self._path(key)
+    def _write_via_tmp(self, dest: Path, write) -> None:
+        """`write(tmp)` to a temporary file beside `dest`, then rename it into place: readers see
+        the old file or the new one, never a part; the temporary file goes whatever happens."""
         tmp = self._tmp_beside(dest)
         try:
             write(tmp)
             os.replace(tmp, dest)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise StorageError(f"cannot {doing} {self.uri(key)}: {e.strerror or e}") from e
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    def _put(self, key: str, write, doing: str) -> None:
+        try:
+            self._write_via_tmp(self._path(key), write)
+        except OSError as e:
+            raise StorageError(f"cannot {doing} {self.uri(key)}: {e.strerror or e}") from e
 
     def _tmp_beside(self, path: Path) -> Path:
         for attempt in range(3):
@@ -127,20 +129,13 @@ class FileStore(Store):
         src = self._path(key)
         if not src.is_file():
             raise StorageError(f"no such object: {self.uri(key)}")
-        dest = Path(dest)
-        tmp = self._tmp_beside(dest)
         try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
-        except FileNotFoundError as e:
-            tmp.unlink(missing_ok=True)
+            self._write_via_tmp(Path(dest), lambda tmp: shutil.copyfile(src, tmp))
+        except FileNotFoundError as e:  # deleted since the check above
             raise StorageError(f"no such object: {self.uri(key)}") from e
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
     def put_file(self, src: Path, key: str) -> None:
-        self._write_via_tmp(key, lambda tmp: shutil.copyfile(src, tmp), f"upload {src} to")
+        self._put(key, lambda tmp: shutil.copyfile(src, tmp), f"upload {src} to")
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -149,7 +144,7 @@ class FileStore(Store):
             raise StorageError(f"no such object: {self.uri(key)}") from e
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        self._write_via_tmp(key, lambda tmp: tmp.write_bytes(data), "write")
+        self._put(key, lambda tmp: tmp.write_bytes(data), "write")
 
     def delete(self, key: str) -> None:
         path = self._path(key)
