@@ -129,7 +129,7 @@ def read_manifest(store: Store, job_id: str, step: int, size: int | None = None)
         return IncompleteCheckpoint(
             f"manifest of {job_id}/checkpoint-{step} is {n} bytes, over the {MAX_MANIFEST_BYTES // MiB} MiB "
             "a manifest may have, so the checkpoint is not used",
-            hint=f"delete {store.uri(checkpoint_key(job_id, step))} or resume from an older checkpoint",
+            hint=f"delete {store.uri(checkpoint_key(job_id, step))}; resume then uses the newest older checkpoint",
         )
 
     if size > MAX_MANIFEST_BYTES:
