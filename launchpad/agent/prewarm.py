@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..storage import open_store, scheme_of
+from ..storage.local import local_path
 
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")
 STORE_SCHEMES = ("s3", "gs", "az", "file")
@@ -55,7 +56,7 @@ def is_uri(value: str) -> bool:
 def _download_file(uri: str, dest_dir: Path, part: Part) -> Path:
     parent, _, key = uri.rstrip("/").rpartition("/")
     store = open_store(parent)
-    dest = dest_dir / key
+    dest = local_path(dest_dir, key, source=uri)
     objs = [o for o in store.list(key) if o.key == key]
     if not objs:
         raise FileNotFoundError(f"{uri} does not exist")
@@ -86,7 +87,7 @@ def _download_tree(uri: str, dest: Path, part: Part) -> Path:
     else:
         with ThreadPoolExecutor(16) as pool:
             for obj in objs:
-                target = dest / obj.key
+                target = local_path(dest, obj.key, source=uri)
                 if not (target.exists() and target.stat().st_size == obj.size):
                     pool.submit(store.get_file, obj.key, target).add_done_callback(
                         lambda f, n=obj.size: setattr(part, "done", part.done + n))

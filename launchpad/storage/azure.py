@@ -25,26 +25,16 @@ azure-storage-blob (and azure-identity) are imported when a store is opened, nev
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
-from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, get_file_by_ranges, retrying, short_reason
+from .local import MiB
+from .objectstore import ObjectStore
+from .retry import retrying, short_reason
 
-_INSTALL = "pip install 'launchpad[azure]'"
 _CRED_HINT = "set AZURE_STORAGE_CONNECTION_STRING, or sign in (`az login`, managed identity) for DefaultAzureCredential"
 BLOCK_SIZE = 8 * MiB  # staged block size of uploads, and request size of streamed reads
-
-
-def _require_sdk():
-    try:
-        import azure.storage.blob as blob
-    except ImportError:
-        raise BadInput("az:// needs azure-storage-blob, which is not installed", hint=_INSTALL) from None
-    return blob
 
 
 def _parse_connection_string(conn: str) -> dict[str, str]:
@@ -56,49 +46,37 @@ def _parse_connection_string(conn: str) -> dict[str, str]:
     return out
 
 
-class AzureBlobStore(Store):
+class AzureBlobStore(ObjectStore):
     """A container prefix on Azure Blob Storage (or Azurite). Thread-safe: one shared client."""
 
     scheme = "az"
+    extra, sdk_name = "azure", "azure-storage-blob"
+    uri_form = "az://container/prefix or az://container@account/prefix"
 
     def __init__(self, root_uri: str):
         super().__init__(root_uri)
-        parts = urlsplit(self.root_uri)
-        if parts.scheme != "az" or not parts.netloc:
-            raise BadInput(
-                f"not an Azure Blob URI: {root_uri}",
-                hint="write az://container/prefix or az://container@account/prefix",
-            )
-        container, _, account = parts.netloc.partition("@")
+        container, _, account = self.netloc.partition("@")
         if not container:
-            raise BadInput(
-                f"no container in {root_uri}", hint="write az://container/prefix or az://container@account/prefix"
-            )
+            raise BadInput(f"no container in {root_uri}", hint=f"write {self.uri_form}")
         self.container_name, self.account = container, account or None
-        prefix = parts.path.strip("/")
-        self.prefix = f"{prefix}/" if prefix else ""
-        #: objects above this are downloaded in parallel ranged parts
-        self.part_size = DEFAULT_PART_SIZE
-        self.workers = DEFAULT_WORKERS
-        self._sdk = _require_sdk()
-        self._container = None
-        self._lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------------------------
+    def _import_sdk(self):
+        from azure.storage import blob
+
+        return blob
+
     @property
     def container(self):
-        if self._container is None:
-            with self._lock:
-                if self._container is None:
-                    self._container = self._make_container()
-        return self._container
+        """The SDK's ContainerClient: this store's client."""
+        return self.client
 
-    def _make_container(self):
+    def _make_client(self):
         import requests
         from azure.core.pipeline.transport import RequestsTransport
 
         session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=4 * DEFAULT_WORKERS)
+        adapter = self._http_adapter()
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         options = dict(
@@ -131,15 +109,12 @@ class AzureBlobStore(Store):
             try:
                 from azure.identity import DefaultAzureCredential
             except ImportError:
-                raise BadInput("az:// without a connection string needs azure-identity", hint=_INSTALL) from None
+                raise BadInput(
+                    "az:// without a connection string needs azure-identity", hint="pip install 'launchpad[azure]'"
+                ) from None
             credential = DefaultAzureCredential()
         service = self._sdk.BlobServiceClient(endpoint, credential=credential, **options)
         return service.get_container_client(self.container_name)
-
-    def _name(self, key: str) -> str:
-        if not key or key.startswith("/") or key.endswith("/"):
-            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
-        return self.prefix + key
 
     def _error(self, e: BaseException, key: str, doing: str) -> StorageError:
         from azure.core import exceptions as zx
@@ -168,31 +143,18 @@ class AzureBlobStore(Store):
             return StorageError(f"cannot {doing} {uri}: {first}")
         return StorageError(f"cannot {doing} {uri}: {type(e).__name__}: {e}")
 
-    def _call(self, doing: str, key: str, fn, /, *args, **kwargs):
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         from azure.core.exceptions import AzureError
 
-        try:
-            return fn(*args, **kwargs)
-        except (AzureError, ConnectionError, TimeoutError) as e:
-            raise self._error(e, key, doing) from e
+        return (AzureError, ConnectionError, TimeoutError)
 
     def _blob(self, key: str):
-        return self.container.get_blob_client(self._name(key))
+        return self.container.get_blob_client(self._key(key))
 
     # -- Store ----------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        def once() -> list[ObjectInfo]:
-            blobs = self._call(
-                "list", prefix, lambda: list(self.container.list_blobs(name_starts_with=self.prefix + prefix))
-            )
-            out = []
-            for b in blobs:
-                key = b.name[len(self.prefix) :]
-                if key and not key.endswith("/"):
-                    out.append(ObjectInfo(key, int(b.size or 0), (b.etag or "").strip('"') or None))
-            return out
-
-        return retrying(once)
+    def _list_raw(self, full_prefix: str):
+        for b in self.container.list_blobs(name_starts_with=full_prefix):
+            yield b.name, b.size, (b.etag or "").strip('"')
 
     def size(self, key: str) -> int:
         props = retrying(self._call, "read", key, self._blob(key).get_blob_properties)
@@ -207,13 +169,6 @@ class AzureBlobStore(Store):
     def put_bytes(self, key: str, data: bytes) -> None:
         retrying(self._call, "write", key, self._blob(key).upload_blob, data, overwrite=True, length=len(data))
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        self._check_range(key, start, end)
-        blob = self._blob(key)
-        return retrying(
-            lambda: self._call("read", key, lambda: blob.download_blob(offset=start, length=end - start).readall())
-        )
-
     def get_range_to(self, key: str, start: int, end: int, out) -> None:
         self._check_range(key, start, end)
         downloader = self._call(
@@ -226,17 +181,8 @@ class AzureBlobStore(Store):
 
         self._call("read", key, stream)
 
-    def _check_range(self, key: str, start: int, end: int) -> None:
-        if not 0 <= start < end:
-            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
-
-    def get_file(self, key: str, dest: Path) -> None:
-        get_file_by_ranges(self, key, Path(dest), part_size=self.part_size, workers=self.workers)
-
     def put_file(self, src: Path, key: str) -> None:
-        src = Path(src)
-        if not src.is_file():
-            raise StorageError(f"cannot upload {src}: not a file")
+        src = self._check_source(src)
         blob = self._blob(key)
 
         def once() -> None:
@@ -254,7 +200,7 @@ class AzureBlobStore(Store):
         try:
             retrying(self._call, "delete", key, self._blob(key).delete_blob)
         except StorageError as e:
-            if e.message.startswith("no such object"):
+            if self._is_missing(e):
                 return  # already gone (a missing container is still an error)
             raise
 

@@ -10,28 +10,38 @@ The rule everything here follows: **a checkpoint without a valid manifest does n
 checkpoint is *complete* when its manifest is present, parses, names this job and step, and every file
 it lists is in the store with the listed size. Listing and resume check sizes only (cheap on any
 store); `download_checkpoint` also checks every sha256 before the checkpoint appears at its
-destination. Works with any `Store`; all functions are safe to call while another process uploads.
+destination, and `download_for_resume` falls back to an older checkpoint when the newest fails that
+check. A manifest is read only up to `MAX_MANIFEST_BYTES`. Works with any `Store`; all functions are
+safe to call while another process uploads.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import IncompleteCheckpoint, StorageError
+from ..errors import IncompleteCheckpoint, StorageError, StorageUnavailable
 from ..models import CheckpointRef
 from . import Store
+from .local import MiB, is_safe_key, local_path, regular_files, sha256_file
+from .transfer import has_ranges
 
 MANIFEST = "MANIFEST.json"
+#: A manifest lists a few hundred files (~100 bytes each); anything near this is not one of ours,
+#: and reading it whole could take the machine's memory (a 1 GiB manifest cost 1.3 GB).
+MAX_MANIFEST_BYTES = 64 * MiB
+#: where a checkpoint's manifest goes when its files fail their sha256: it no longer counts as
+#: complete, so a resume skips it and the step is uploaded again when training reaches it
+CORRUPT_MANIFEST = "MANIFEST.json.corrupt"
 _CKPT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -41,12 +51,8 @@ def checkpoint_key(job_id: str, step: int) -> str:
     return f"{job_id}/checkpoint-{int(step)}"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+class CorruptCheckpoint(IncompleteCheckpoint):
+    """A complete-looking checkpoint whose files differ from their manifest (size or sha256)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class Manifest:
         return json.dumps(body, indent=1).encode()
 
     @classmethod
-    def parse(cls, raw: bytes, *, job_id: str, step: int) -> "Manifest":
+    def parse(cls, raw: bytes, *, job_id: str, step: int) -> Manifest:
         """Parse and sanity-check a manifest; raises IncompleteCheckpoint saying what is wrong."""
         try:
             data: Any = json.loads(raw)
@@ -94,7 +100,7 @@ class Manifest:
             if not isinstance(entry, dict):
                 raise IncompleteCheckpoint(f"{where} has a malformed file entry")
             path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
-            if not (isinstance(path, str) and _safe_relpath(path) and path != MANIFEST):
+            if not (isinstance(path, str) and is_safe_key(path) and path != MANIFEST):
                 raise IncompleteCheckpoint(f"{where} lists an unsafe or invalid path {path!r}")
             if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
                 raise IncompleteCheckpoint(f"{where}: {path}: invalid size {size!r}")
@@ -111,10 +117,30 @@ class Manifest:
         )
 
 
-def _safe_relpath(path: str) -> bool:
-    """A manifest path may not escape the checkpoint folder (it becomes a local path on download)."""
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and "\\" not in path and all(p not in ("", ".", "..") for p in parts)
+def read_manifest(store: Store, job_id: str, step: int, size: int | None = None) -> bytes:
+    """The raw manifest of (job_id, step), never more than MAX_MANIFEST_BYTES of it in memory.
+    `size` is its size from a listing, if known. Raises IncompleteCheckpoint if it is too big,
+    StorageError if it cannot be read."""
+    key = f"{checkpoint_key(job_id, step)}/{MANIFEST}"
+    if size is None:
+        size = store.size(key)
+
+    def too_big(n: int) -> IncompleteCheckpoint:
+        return IncompleteCheckpoint(
+            f"manifest of {job_id}/checkpoint-{step} is {n} bytes, over the {MAX_MANIFEST_BYTES // MiB} MiB "
+            "a manifest may have, so the checkpoint is not used",
+            hint=f"delete {store.uri(checkpoint_key(job_id, step))}; resume then uses the newest older checkpoint",
+        )
+
+    if size > MAX_MANIFEST_BYTES:
+        raise too_big(size)
+    if size == 0:
+        return b""
+    # A ranged read stops at the size checked above even if the object grew since it was listed.
+    raw = store.get_range(key, 0, size) if has_ranges(store) else store.get_bytes(key)
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise too_big(len(raw))
+    return raw
 
 
 def _ref(store: Store, manifest: Manifest) -> CheckpointRef:
@@ -144,7 +170,8 @@ def _verified_manifest(store: Store, job_id: str, step: int, present: dict[str, 
     if MANIFEST not in present:
         return None
     try:
-        manifest = Manifest.parse(store.get_bytes(f"{checkpoint_key(job_id, step)}/{MANIFEST}"), job_id=job_id, step=step)
+        raw = read_manifest(store, job_id, step, present[MANIFEST])
+        manifest = Manifest.parse(raw, job_id=job_id, step=step)
     except (IncompleteCheckpoint, StorageError):  # corrupt, or deleted since we listed
         return None
     if all(present.get(f.path) == f.size for f in manifest.files):
@@ -197,14 +224,13 @@ def upload_checkpoint(
     if existing is not None:
         return _ref(store, existing)
 
-    paths = sorted(
-        p for p in local_dir.rglob("*") if p.is_file() and p.relative_to(local_dir).as_posix() != MANIFEST
-    )
+    # Regular files only: a symbolic link raises, or its target (any file on the machine) would be uploaded.
+    paths = regular_files(local_dir, skip=lambda parts: parts == (MANIFEST,))
     if not paths:
         raise StorageError(f"checkpoint folder {local_dir} is empty")
 
-    def one(path: Path) -> ManifestFile:
-        rel = path.relative_to(local_dir).as_posix()
+    def one(item: tuple[Path, str]) -> ManifestFile:
+        path, rel = item
         entry = ManifestFile(rel, path.stat().st_size, sha256_file(path))
         store.put_file(path, f"{key}/{rel}")
         return entry
@@ -227,7 +253,9 @@ def download_checkpoint(store: Store, ref: CheckpointRef, dest: Path, *, workers
     job_id, step = _job_and_step(store, ref)
     key = checkpoint_key(job_id, step)
     try:
-        raw = store.get_bytes(f"{key}/{MANIFEST}")
+        raw = read_manifest(store, job_id, step)
+    except IncompleteCheckpoint:
+        raise
     except StorageError as e:
         raise IncompleteCheckpoint(f"{ref.uri} has no manifest") from e
     manifest = Manifest.parse(raw, job_id=job_id, step=step)
@@ -237,16 +265,19 @@ def download_checkpoint(store: Store, ref: CheckpointRef, dest: Path, *, workers
     try:
 
         def one(f: ManifestFile) -> None:
-            target = tmp.joinpath(*f.path.split("/"))
+            target = local_path(tmp, f.path, source=ref.uri)
             try:
                 store.get_file(f"{key}/{f.path}", target)
             except StorageError as e:
-                raise IncompleteCheckpoint(f"{ref.uri}: {f.path} is listed in the manifest but missing") from e
+                if isinstance(e, StorageUnavailable):
+                    raise  # the store, not the checkpoint: worth another try later
+                why = "missing" if e.message.startswith("no such object") else f"unreadable: {e.message}"
+                raise IncompleteCheckpoint(f"{ref.uri}: {f.path} is listed in the manifest but {why}") from e
             size = target.stat().st_size
             if size != f.size:
-                raise IncompleteCheckpoint(f"{ref.uri}: {f.path} has {size} bytes, the manifest says {f.size}")
+                raise CorruptCheckpoint(f"{ref.uri}: {f.path} has {size} bytes, the manifest says {f.size}")
             if sha256_file(target) != f.sha256:
-                raise IncompleteCheckpoint(f"{ref.uri}: {f.path} does not match its sha256 in the manifest")
+                raise CorruptCheckpoint(f"{ref.uri}: {f.path} does not match its sha256 in the manifest")
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(manifest.files)))) as pool:
             list(pool.map(one, manifest.files))
@@ -260,6 +291,45 @@ def download_checkpoint(store: Store, ref: CheckpointRef, dest: Path, *, workers
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def download_for_resume(
+    store: Store, job_id: str, dest_root: Path, *, log: Callable[[str], None] = print, workers: int = 8
+) -> tuple[CheckpointRef, Path] | tuple[None, None]:
+    """Download the newest complete checkpoint of `job_id` that verifies into `dest_root/<name>`.
+
+    A checkpoint whose files fail their size or sha256 check is skipped with a warning naming it,
+    and its manifest is moved aside (`quarantine`), so it stops counting as complete: otherwise every
+    resume would fail on it again, and the trainer's re-save of that step would be skipped as
+    "already uploaded". A folder already verified on this machine (its MANIFEST.json present) is
+    reused. Returns (None, None) when there is no checkpoint, or none verifies (a warning says so).
+    """
+    bad: list[str] = []
+    for ref in reversed(list_checkpoints(store, job_id)):
+        dest = Path(dest_root) / ref.name
+        if (dest / MANIFEST).is_file():
+            return ref, dest
+        try:
+            download_checkpoint(store, ref, dest, workers=workers)
+        except IncompleteCheckpoint as e:
+            bad.append(ref.name)
+            if isinstance(e, CorruptCheckpoint):
+                quarantine(store, job_id, ref.step)
+                e = CorruptCheckpoint(f"{e.message}; its manifest is now {CORRUPT_MANIFEST}")
+            log(f"warning: not resuming from {ref.name}: {e}; trying an older checkpoint")
+            continue
+        return ref, dest
+    if bad:
+        log(f"warning: no checkpoint of {job_id} verifies ({', '.join(bad)} failed): starting from step 0")
+    return None, None
+
+
+def quarantine(store: Store, job_id: str, step: int) -> None:
+    """Move a corrupt checkpoint's manifest to CORRUPT_MANIFEST (kept for inspection): without its
+    manifest the checkpoint is incomplete, so listings skip it and a new upload of the step replaces it."""
+    key = checkpoint_key(job_id, step)
+    store.put_bytes(f"{key}/{CORRUPT_MANIFEST}", read_manifest(store, job_id, step))
+    store.delete(f"{key}/{MANIFEST}")
 
 
 def prune_checkpoints(store: Store, job_id: str, keep: int) -> list[int]:
@@ -299,14 +369,20 @@ def _job_and_step(store: Store, ref: CheckpointRef) -> tuple[str, int]:
 
 
 __all__ = [
+    "CORRUPT_MANIFEST",
     "MANIFEST",
+    "MAX_MANIFEST_BYTES",
+    "CorruptCheckpoint",
     "Manifest",
     "ManifestFile",
     "checkpoint_key",
     "download_checkpoint",
+    "download_for_resume",
     "latest_checkpoint",
     "list_checkpoints",
     "prune_checkpoints",
+    "quarantine",
+    "read_manifest",
     "sha256_file",
     "upload_checkpoint",
 ]

@@ -4,6 +4,11 @@ It is the `local` provider's object store and the reference implementation of th
 every write lands under a temporary name in the destination folder and is renamed into place with
 `os.replace`, so a reader never sees a partial object (rename is atomic within one filesystem).
 Temporary names start with `.lp-tmp-` and are never listed.
+
+Symbolic links below the root are not followed: a link in a checkpoint folder would hand out
+whatever it points at (``/etc/passwd``), and a linked job folder would make `prune` delete outside
+the root. Listings leave links out (they are not objects); reading, writing or deleting through one
+raises StorageError naming it. The root itself may be a link: the user chose it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 from ..errors import BadInput, StorageError
 from ..plugins import hookimpl
 from . import ObjectInfo, Store
+from .local import is_safe_key
 
 TMP_PREFIX = ".lp-tmp-"
 
@@ -43,11 +49,36 @@ class FileStore(Store):
 
     # -- keys <-> paths -------------------------------------------------------------------------
     def _path(self, key: str) -> Path:
-        """The path of `key`; refuses keys that would escape the root ('..', absolute keys)."""
-        parts = [p for p in key.split("/") if p not in ("", ".")]
-        if not parts or ".." in parts:
+        """The path of `key`; refuses keys that would escape the root ('..', absolute keys) and
+        paths that pass through a symbolic link below the root."""
+        if not is_safe_key(key):
             raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
-        return self.root.joinpath(*parts)
+        path = self.root
+        for part in key.split("/"):
+            path = path / part
+            if path.is_symlink():
+                raise StorageError(
+                    f"refusing {self.uri(key)}: {path} is a symbolic link, and file:// stores do not follow "
+                    f"links out of {self.root}; replace it with the file or folder itself"
+                )
+        return path
+
+    def _write_via_tmp(self, dest: Path, write) -> None:
+        """`write(tmp)` to a temporary file beside `dest`, then rename it into place: readers see
+        the old file or the new one, never a part; the temporary file goes whatever happens."""
+        tmp = self._tmp_beside(dest)
+        try:
+            write(tmp)
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def _put(self, key: str, write, doing: str) -> None:
+        try:
+            self._write_via_tmp(self._path(key), write)
+        except OSError as e:
+            raise StorageError(f"cannot {doing} {self.uri(key)}: {e.strerror or e}") from e
 
     def _tmp_beside(self, path: Path) -> Path:
         for attempt in range(3):
@@ -70,8 +101,8 @@ class FileStore(Store):
             return []
         # Walk only the deepest folder the prefix fully names, then filter on the raw prefix, so
         # list("job/checkpoint-1") matches "job/checkpoint-10/..." too, as object stores do.
-        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._path(head) if head.strip("/") else self.root
+        head = prefix.rsplit("/", 1)[0].strip("/") if "/" in prefix else ""
+        start = self._path(head) if head else self.root
         if not start.is_dir():
             return []
         out: list[ObjectInfo] = []
@@ -81,6 +112,8 @@ class FileStore(Store):
                 if name.startswith(TMP_PREFIX):
                     continue
                 full = Path(dirpath, name)
+                if full.is_symlink():  # not an object (links to folders are never descended into)
+                    continue
                 key = full.relative_to(self.root).as_posix()
                 if not key.startswith(prefix):
                     continue
@@ -96,30 +129,13 @@ class FileStore(Store):
         src = self._path(key)
         if not src.is_file():
             raise StorageError(f"no such object: {self.uri(key)}")
-        dest = Path(dest)
-        tmp = self._tmp_beside(dest)
         try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
-        except FileNotFoundError as e:
-            tmp.unlink(missing_ok=True)
+            self._write_via_tmp(Path(dest), lambda tmp: shutil.copyfile(src, tmp))
+        except FileNotFoundError as e:  # deleted since the check above
             raise StorageError(f"no such object: {self.uri(key)}") from e
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
     def put_file(self, src: Path, key: str) -> None:
-        dest = self._path(key)
-        tmp = self._tmp_beside(dest)
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise StorageError(f"cannot upload {src} to {self.uri(key)}: {e.strerror or e}") from e
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self._put(key, lambda tmp: shutil.copyfile(src, tmp), f"upload {src} to")
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -128,17 +144,7 @@ class FileStore(Store):
             raise StorageError(f"no such object: {self.uri(key)}") from e
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        dest = self._path(key)
-        tmp = self._tmp_beside(dest)
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, dest)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise StorageError(f"cannot write {self.uri(key)}: {e.strerror or e}") from e
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self._put(key, lambda tmp: tmp.write_bytes(data), "write")
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -10,7 +10,7 @@ URI: ``gs://<bucket>[/<prefix>]``. Keys are relative to the prefix.
   above `part_size` run parallel ranged GETs through `launchpad.storage.transfer`. Objects are read
   raw (no decompressive transcoding) so sizes and ranges match the stored bytes.
 - Retries: the library's own retries are off (`retry=None`: its default retries for up to 120 s);
-  `launchpad.storage.transfer.retrying` retries whole calls instead, a bounded number of times.
+  `launchpad.storage.retry.retrying` retries whole calls instead, a bounded number of times.
 - Errors: missing object/bucket or refused credentials become one StorageError line naming the URI
   and the fix; throttling, 5xx and dropped connections are StorageUnavailable, retried (bounded).
 
@@ -21,26 +21,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from ..errors import BadInput, StorageError, StorageUnavailable
+from ..errors import StorageError, StorageUnavailable
 from ..plugins import hookimpl
-from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, download_file, retrying, short_reason
+from .local import MiB
+from .objectstore import ObjectStore
+from .retry import retrying, short_reason
+from .transfer import download_file
 
 _CRED_HINT = "set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`"
-
-
-def _require_sdk():
-    try:
-        from google.cloud import storage
-    except ImportError:
-        raise BadInput(
-            "gs:// needs google-cloud-storage, which is not installed", hint="pip install 'launchpad[gcs]'"
-        ) from None
-    return storage
 
 
 class _Buffered:
@@ -61,37 +51,28 @@ class _Buffered:
             self.buf.clear()
 
 
-class GCSStore(Store):
+class GCSStore(ObjectStore):
     """A bucket prefix on Google Cloud Storage (or its emulator). Thread-safe: one shared client."""
 
     scheme = "gs"
+    extra, sdk_name, uri_form = "gcs", "google-cloud-storage", "gs://bucket/prefix"
 
     def __init__(self, root_uri: str):
         super().__init__(root_uri)
-        parts = urlsplit(self.root_uri)
-        if parts.scheme != "gs" or not parts.netloc:
-            raise BadInput(f"not a GCS URI: {root_uri}", hint="write gs://bucket/prefix")
-        self.bucket_name = parts.netloc
-        prefix = parts.path.strip("/")
-        self.prefix = f"{prefix}/" if prefix else ""
-        #: objects above this are downloaded in parallel ranged parts (and uploaded in chunks)
-        self.part_size = DEFAULT_PART_SIZE
-        self.workers = DEFAULT_WORKERS
-        self._sdk = _require_sdk()
-        self._bucket = None
-        self._lock = threading.Lock()
+        self.bucket_name = self.netloc
 
     # -- plumbing -------------------------------------------------------------------------------
+    def _import_sdk(self):
+        from google.cloud import storage
+
+        return storage
+
     @property
     def bucket(self):
-        if self._bucket is None:
-            with self._lock:
-                if self._bucket is None:
-                    self._bucket = self._make_bucket()
-        return self._bucket
+        """The library's Bucket object: this store's client."""
+        return self.client
 
-    def _make_bucket(self):
-        import requests.adapters
+    def _make_client(self):
         from google.auth.exceptions import GoogleAuthError
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("GCLOUD_PROJECT")
@@ -104,23 +85,20 @@ class GCSStore(Store):
                 client = self._sdk.Client(project=project)
         except GoogleAuthError as e:  # DefaultCredentialsError: no credentials here
             raise self._error(e, "", "open") from e
-        # Many parts at once: the default pool of 10 connections would be reopened over and over.
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=4 * DEFAULT_WORKERS)
+        adapter = self._http_adapter()
         for scheme in ("https://", "http://"):
             client._http.mount(scheme, adapter)
         return client.bucket(self.bucket_name)
-
-    def _name(self, key: str) -> str:
-        if not key or key.startswith("/") or key.endswith("/"):
-            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
-        return self.prefix + key
 
     def _error(self, e: BaseException, key: str, doing: str) -> StorageError:
         import requests
         from google.api_core import exceptions as gx
         from google.auth import exceptions as ax
+        from google.cloud.storage.exceptions import DataCorruption
 
         uri = self.uri(key)
+        if isinstance(e, DataCorruption):
+            return StorageUnavailable(f"corrupt read of {uri} (checksum mismatch): {e}")
         if isinstance(e, ax.DefaultCredentialsError):
             return StorageError(f"no Google Cloud credentials to {doing} {uri}", hint=_CRED_HINT)
         if isinstance(e, ax.RefreshError):
@@ -155,75 +133,44 @@ class GCSStore(Store):
         except Exception:  # cannot tell: say what the failed call said
             return True
 
-    def _call(self, doing: str, key: str, fn, /, *args, **kwargs):
-        """Call the library, mapping its errors (and only its: what a sink raises passes through)."""
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         import requests
         from google.api_core.exceptions import GoogleAPIError
         from google.auth.exceptions import GoogleAuthError
         from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
-        try:
-            return fn(*args, **kwargs)
-        except DataCorruption as e:
-            raise StorageUnavailable(f"corrupt read of {self.uri(key)} (checksum mismatch): {e}") from e
-        except (
-            GoogleAPIError, GoogleAuthError, InvalidResponse, requests.exceptions.RequestException,
-            ConnectionError, TimeoutError,
-        ) as e:  # fmt: skip
-            raise self._error(e, key, doing) from e
+        return (
+            DataCorruption, GoogleAPIError, GoogleAuthError, InvalidResponse,
+            requests.exceptions.RequestException, ConnectionError, TimeoutError,
+        )  # fmt: skip
 
     # -- Store ----------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        def once() -> list[ObjectInfo]:
-            blobs = self._call(
-                "list", prefix, lambda: list(self.bucket.list_blobs(prefix=self.prefix + prefix, retry=None))
-            )
-            out = []
-            for b in blobs:
-                key = b.name[len(self.prefix) :]
-                if key and not key.endswith("/"):
-                    out.append(ObjectInfo(key, int(b.size or 0), str(b.generation) if b.generation else None))
-            return out
-
-        return retrying(once)
+    def _list_raw(self, full_prefix: str):
+        for b in self.bucket.list_blobs(prefix=full_prefix, retry=None):
+            yield b.name, b.size, str(b.generation) if b.generation else None
 
     def size(self, key: str) -> int:
-        blob = retrying(self._call, "read", key, self.bucket.get_blob, self._name(key), retry=None)
+        blob = retrying(self._call, "read", key, self.bucket.get_blob, self._key(key), retry=None)
         if blob is None:
             raise StorageError(f"no such object: {self.uri(key)}")
         return int(blob.size or 0)
 
     def exists(self, key: str) -> bool:
-        return bool(retrying(self._call, "read", key, self.bucket.blob(self._name(key)).exists, retry=None))
+        return bool(retrying(self._call, "read", key, self.bucket.blob(self._key(key)).exists, retry=None))
 
     def get_bytes(self, key: str) -> bytes:
-        blob = self.bucket.blob(self._name(key))
+        blob = self.bucket.blob(self._key(key))
         return retrying(self._call, "read", key, blob.download_as_bytes, raw_download=True, retry=None)
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        blob = self.bucket.blob(self._name(key))
+        blob = self.bucket.blob(self._key(key))
         retrying(
             self._call, "write", key, blob.upload_from_string, data, content_type="application/octet-stream", retry=None
         )
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        blob = self.bucket.blob(self._name(key))
-        self._check_range(key, start, end)
-        return retrying(
-            self._call,
-            "read",
-            key,
-            blob.download_as_bytes,
-            start=start,
-            end=end - 1,
-            raw_download=True,
-            checksum=None,
-            retry=None,
-        )
-
     def get_range_to(self, key: str, start: int, end: int, out) -> None:
         self._check_range(key, start, end)
-        blob = self.bucket.blob(self._name(key))
+        blob = self.bucket.blob(self._key(key))
         sink = _Buffered(out)
         # retry=None: a retry inside the library could resume mid-range; the caller retries ranges.
         self._call(
@@ -232,10 +179,6 @@ class GCSStore(Store):
         )  # fmt: skip
         sink.flush()
 
-    def _check_range(self, key: str, start: int, end: int) -> None:
-        if not 0 <= start < end:
-            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
-
     def get_file(self, key: str, dest: Path) -> None:
         dest = Path(dest)
         size = self.size(key)
@@ -243,7 +186,7 @@ class GCSStore(Store):
             download_file(self, key, dest, size=size, workers=self.workers, part_size=self.part_size)
             return
         dest.parent.mkdir(parents=True, exist_ok=True)
-        blob = self.bucket.blob(self._name(key))
+        blob = self.bucket.blob(self._key(key))
 
         def once() -> None:
             fd, tmp = tempfile.mkstemp(prefix=".lp-tmp-", dir=dest.parent)
@@ -259,11 +202,9 @@ class GCSStore(Store):
         retrying(once)
 
     def put_file(self, src: Path, key: str) -> None:
-        src = Path(src)
-        if not src.is_file():
-            raise StorageError(f"cannot upload {src}: not a file")
+        src = self._check_source(src)
         # Each chunk of a resumable upload is read into memory: keep it at most 32 MiB.
-        blob = self.bucket.blob(self._name(key), chunk_size=_chunk_size(min(self.part_size, 32 * MiB)))
+        blob = self.bucket.blob(self._key(key), chunk_size=_chunk_size(min(self.part_size, 32 * MiB)))
         # Above 8 MiB the library uses a resumable upload: the object is created only when the last
         # chunk is finalized, so a failure leaves nothing under the key.
         retrying(
@@ -274,11 +215,11 @@ class GCSStore(Store):
     def delete(self, key: str) -> None:
         from google.api_core.exceptions import NotFound
 
-        blob = self.bucket.blob(self._name(key))
+        blob = self.bucket.blob(self._key(key))
         try:
             retrying(self._call, "delete", key, blob.delete, retry=None)
         except StorageError as e:
-            if isinstance(e.__cause__, NotFound) and e.message.startswith("no such object"):
+            if isinstance(e.__cause__, NotFound) and self._is_missing(e):
                 return  # already gone (a missing bucket is still an error)
             raise
 

@@ -10,9 +10,11 @@ URI: ``s3://<bucket>[/<prefix>]``. Keys are relative to the prefix.
   above `part_size` run parallel ranged GETs through `launchpad.storage.transfer`: measured faster
   than s3transfer's own download on moto (benchmarks/README.md), and it writes each part in place
   instead of queueing them through one writer thread.
+- Shared with gs:// and az:// (launchpad.storage.objectstore): URI parsing, part size and workers,
+  the one lazily made client, the listing loop and the install hint when boto3 is missing.
 - Errors: a missing object/bucket or refused credentials become one StorageError line naming the URI
   and the fix; timeouts, throttling and dropped connections are StorageUnavailable, retried (bounded)
-  by `launchpad.storage.transfer.retrying` on top of botocore's own small retry budget.
+  by `launchpad.storage.retry.retrying` on top of botocore's own small retry budget.
 
 boto3 is imported when a store is opened, never at `import launchpad`: without it, opening an s3://
 URI raises BadInput with the install command.
@@ -20,17 +22,17 @@ URI raises BadInput with the install command.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import BadInput, StorageError, StorageUnavailable
+from ..errors import StorageError, StorageUnavailable
 from ..plugins import hookimpl
-from . import ObjectInfo, Store
-from .transfer import DEFAULT_PART_SIZE, DEFAULT_WORKERS, MiB, get_file_by_ranges, retrying, short_reason
+from .local import MiB
+from .objectstore import ObjectStore
+from .retry import retrying, short_reason
+from .transfer import DEFAULT_WORKERS
 
 CHUNK = 1 * MiB  # read size when streaming a body
 
@@ -48,66 +50,48 @@ _CRED_HINT = (
 )
 
 
-def _require_boto3():
-    try:
-        import boto3  # noqa: F401
-        import botocore  # noqa: F401
-    except ImportError:
-        raise BadInput("s3:// needs boto3, which is not installed", hint="pip install 'launchpad[s3]'") from None
-    return boto3
-
-
-class S3Store(Store):
+class S3Store(ObjectStore):
     """A bucket prefix on S3 or an S3-compatible server. Thread-safe: one boto3 client, shared."""
 
     scheme = "s3"
+    extra, sdk_name, uri_form = "s3", "boto3", "s3://bucket/prefix"
 
     def __init__(self, root_uri: str):
         super().__init__(root_uri)
-        parts = urlsplit(self.root_uri)
-        if parts.scheme != "s3" or not parts.netloc:
-            raise BadInput(f"not an S3 URI: {root_uri}", hint="write s3://bucket/prefix")
-        self.bucket = parts.netloc
-        prefix = parts.path.strip("/")
-        self.prefix = f"{prefix}/" if prefix else ""
-        #: objects above this are uploaded multipart and downloaded in parallel ranged parts
-        self.part_size = DEFAULT_PART_SIZE
-        self.workers = DEFAULT_WORKERS  # parts of one object in flight at once
-        self._boto3 = _require_boto3()
-        self._client = None
+        self.bucket = self.netloc
         self._pool = None  # urllib3 pool of the ranged-GET fast path
         self._plain: bool | None = None  # whether ranged GETs may use it
-        self._lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------------------------
-    @property
-    def client(self):
-        """The boto3 client, made on first use (clients are thread-safe; sessions are not)."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    from botocore.config import Config
+    def _import_sdk(self):
+        import boto3
+        import botocore  # noqa: F401
 
-                    config = Config(
-                        max_pool_connections=4 * DEFAULT_WORKERS,
-                        retries={"max_attempts": 3, "mode": "standard"},
-                        connect_timeout=10,
-                        read_timeout=60,
-                        tcp_keepalive=True,
-                    )
-                    self._client = self._boto3.session.Session().client("s3", config=config)
-        return self._client
+        return boto3
 
-    def _key(self, key: str) -> str:
-        if not key or key.startswith("/") or key.endswith("/"):
-            raise StorageError(f"invalid object key {key!r} for {self.root_uri}")
-        return self.prefix + key
+    def _make_client(self):
+        from botocore.config import Config
+
+        config = Config(
+            max_pool_connections=4 * DEFAULT_WORKERS,
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=10,
+            read_timeout=60,
+            tcp_keepalive=True,
+        )
+        return self._sdk.session.Session().client("s3", config=config)  # sessions are not thread-safe
 
     def _error(self, e: BaseException, key: str, doing: str) -> StorageError:
         """One clear line for a boto3/botocore exception; StorageUnavailable when worth retrying."""
+        from boto3.exceptions import Boto3Error
         from botocore import exceptions as bx
 
         uri = self.uri(key)
+        if isinstance(e, Boto3Error):  # s3transfer's S3UploadFailedError wraps the real cause
+            inner = e.__cause__ or e.__context__
+            if isinstance(inner, (bx.BotoCoreError, bx.ClientError, ConnectionError, TimeoutError)):
+                return self._error(inner, key, doing)
+            return StorageError(f"cannot {doing} {uri}: {e}")
         if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.CredentialRetrievalError)):
             return StorageError(f"no AWS credentials to {doing} {uri}", hint=_CRED_HINT)
         if isinstance(e, bx.ClientError):
@@ -131,24 +115,13 @@ class S3Store(Store):
         )  # fmt: skip
         if isinstance(e, transient):
             return StorageUnavailable(f"lost the connection to S3 while trying to {doing} {uri}: {short_reason(e)}")
-        if isinstance(e, bx.BotoCoreError):
-            return StorageError(f"cannot {doing} {uri}: {e}")
-        raise e
+        return StorageError(f"cannot {doing} {uri}: {e}")
 
-    def _call(self, doing: str, key: str, fn, /, **kwargs):
-        """One API call with errors mapped (no retry here: callers wrap with `retrying`)."""
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
         from boto3.exceptions import Boto3Error
         from botocore import exceptions as bx
 
-        try:
-            return fn(**kwargs)
-        except (bx.BotoCoreError, bx.ClientError, ConnectionError, TimeoutError) as e:
-            raise self._error(e, key, doing) from e
-        except Boto3Error as e:  # s3transfer's S3UploadFailedError wraps the real cause
-            cause = e.__cause__ or e.__context__
-            if isinstance(cause, (bx.BotoCoreError, bx.ClientError, ConnectionError, TimeoutError)):
-                raise self._error(cause, key, doing) from e
-            raise StorageError(f"cannot {doing} {self.uri(key)}: {e}") from e
+        return (bx.BotoCoreError, bx.ClientError, Boto3Error, ConnectionError, TimeoutError)
 
     def _transfer_config(self):
         from boto3.s3.transfer import TransferConfig
@@ -161,20 +134,10 @@ class S3Store(Store):
         )
 
     # -- Store ----------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        def once() -> list[ObjectInfo]:
-            out = []
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
-            for page in self._call("list", prefix, lambda: list(pages)):
-                for obj in page.get("Contents", ()):
-                    key = obj["Key"][len(self.prefix) :]
-                    if key and not key.endswith("/"):  # "folder" markers are not objects
-                        out.append(ObjectInfo(key, int(obj["Size"]), obj.get("ETag", "").strip('"') or None))
-            return out
-
-        return retrying(once)
+    def _list_raw(self, full_prefix: str):
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix):
+            for obj in page.get("Contents", ()):
+                yield obj["Key"], obj["Size"], obj.get("ETag", "").strip('"')
 
     def size(self, key: str) -> int:
         head = retrying(self._call, "read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
@@ -186,7 +149,7 @@ class S3Store(Store):
         except StorageUnavailable:
             raise
         except StorageError as e:
-            if e.message.startswith("no such object"):
+            if self._is_missing(e):
                 return False
             raise
         return True
@@ -200,14 +163,6 @@ class S3Store(Store):
 
     def put_bytes(self, key: str, data: bytes) -> None:
         retrying(self._call, "write", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        def once() -> bytes:
-            buf = io.BytesIO()
-            self.get_range_to(key, start, end, buf)
-            return buf.getvalue()
-
-        return retrying(once)
 
     def get_range_to(self, key: str, start: int, end: int, out) -> None:
         if self._plain_gets():
@@ -258,8 +213,7 @@ class S3Store(Store):
         import urllib3
         from botocore.exceptions import ClientError
 
-        if not 0 <= start < end:
-            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
+        self._check_range(key, start, end)
         url = self._call(
             "read", key, self.client.generate_presigned_url,
             ClientMethod="get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=3600,
@@ -297,18 +251,12 @@ class S3Store(Store):
             resp.release_conn()
 
     def _range(self, key: str, start: int, end: int):
-        if not 0 <= start < end:
-            raise StorageError(f"invalid range {start}-{end} of {self.uri(key)}")
+        self._check_range(key, start, end)
         rng = f"bytes={start}-{end - 1}"  # HTTP ranges are inclusive
         return self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key), Range=rng)
 
-    def get_file(self, key: str, dest: Path) -> None:
-        get_file_by_ranges(self, key, Path(dest), part_size=self.part_size, workers=self.workers)
-
     def put_file(self, src: Path, key: str) -> None:
-        src = Path(src)
-        if not src.is_file():
-            raise StorageError(f"cannot upload {src}: not a file")
+        src = self._check_source(src)
         full = self._key(key)
         # s3transfer: one PUT below part_size, else multipart in parallel; on failure it aborts the
         # multipart upload, so nothing partial ever becomes visible under the key.

@@ -22,9 +22,8 @@
   count as done from the start. An exception raised by the callback aborts the transfer like any
   other error (that is how a caller cancels).
 
-`upload_tree(src, store, prefix)` uploads a folder, many files at once; each store's `put_file` does
-multipart uploads of big files itself and makes no object visible before it is complete. Files whose
-object already exists with the same size are skipped, so a rerun finishes an interrupted upload.
+`upload_tree` (launchpad.storage.upload) is the other direction; bounded retries live in
+launchpad.storage.retry. Both are re-exported here for older imports.
 
 Stores that do not implement ranged reads (`Store.get_range`) still work: their objects are fetched
 whole with `get_file`, one per worker, and an interrupted file starts over.
@@ -35,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -43,18 +41,18 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..errors import StorageError, StorageUnavailable
 from . import ObjectInfo, Store
+from .local import MiB, is_safe_key, sha256_file
+from .retry import RETRY_ATTEMPTS, retry_attempts, retrying, short_reason  # noqa: F401 (re-exported)
 
-MiB = 1 << 20
 # 128 MiB parts, as s5cmd's tuned `-p 128`: S3 serves ~100 MB/s per connection, so a part is ~1 s of
 # work, and servers that copy the whole object per ranged GET (moto) pay per part. benchmarks/README.md.
 DEFAULT_PART_SIZE = 128 * MiB
 DEFAULT_WORKERS = 16
 PARTIAL_DIR = ".lp-partial"  # under dest: unfinished files and their journals
-RETRY_ATTEMPTS = 4  # per call or part; LAUNCHPAD_STORAGE_RETRIES overrides (>= 1)
 PROGRESS_STEP = 4 * MiB
 
 Progress = Callable[[int, int], None]
@@ -76,51 +74,10 @@ class TransferStats:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
-def retry_attempts() -> int:
-    try:
-        return max(1, int(os.environ.get("LAUNCHPAD_STORAGE_RETRIES", RETRY_ATTEMPTS)))
-    except ValueError:
-        return RETRY_ATTEMPTS
-
-
-def retrying(fn: Callable, *args, **kwargs):
-    """Call `fn`, retrying on StorageUnavailable with bounded exponential back-off (tenacity):
-    `retry_attempts()` tries in all, waits of 0.25 s, 0.5 s, 1 s ... capped at 4 s."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
-
-    for attempt in Retrying(
-        stop=stop_after_attempt(retry_attempts()),
-        wait=wait_exponential(multiplier=0.25, max=4),
-        retry=retry_if_exception_type(StorageUnavailable),
-        reraise=True,
-    ):
-        with attempt:
-            return fn(*args, **kwargs)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def short_reason(e: BaseException, limit: int = 160) -> str:
-    """The gist of a network error for a one-line message: "[Errno 111] Connection refused" rather
-    than three nested urllib3 reprs."""
-    text = " ".join(str(e).split())
-    m = re.search(r"\[Errno -?\d+\][^'\")\]]*", text)
-    if m:
-        return m.group(0).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def has_ranges(store: Store) -> bool:
     """Whether `store` overrides the optional ranged reads of the Store ABC."""
     cls = type(store)
     return cls.get_range_to is not Store.get_range_to or cls.get_range is not Store.get_range
-
-
-def sha256_of(path: Path, chunk: int = 4 * MiB) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -284,7 +241,7 @@ def _header(f: _File) -> dict:
 def _finish(store: Store, f: _File) -> None:
     """All parts are in: check the checksum, then move the file into place and drop its journal."""
     if f.sha256 is not None:
-        got = sha256_of(f.data)
+        got = sha256_file(f.data)
         if got != f.sha256:
             f.data.unlink(missing_ok=True)
             if f.journal is not None:
@@ -380,23 +337,20 @@ def _complete(local: Path, size: int, digest: str | None) -> bool:
             return False
     except OSError:
         return False
-    return digest is None or sha256_of(local) == digest
+    return digest is None or sha256_file(local) == digest
 
 
 def _safe_rel(key: str, prefix: str) -> str | None:
     """`key` relative to `prefix` as a local relative path, or None for folder markers; refuses keys
-    that would escape the destination (a hostile or corrupt listing must not write outside it)."""
+    that would escape the destination (`local.is_safe_key`) or land in its partial folder."""
     rel = key[len(prefix) :]
     if not rel or rel.endswith("/"):
         return None
-    parts = PurePosixPath(rel).parts
-    if (
-        rel.startswith("/")
-        or "\\" in rel
-        or any(p in ("", ".", "..") for p in rel.split("/"))
-        or parts[0] == PARTIAL_DIR
-    ):
-        raise StorageError(f"refusing to download {key!r}: its name would land outside the destination folder")
+    if not is_safe_key(rel) or rel.split("/")[0] == PARTIAL_DIR:
+        raise StorageError(
+            f"refusing to download {key!r}: its name would land outside the destination folder; "
+            "remove or rename that object in the store"
+        )
     return rel
 
 
@@ -484,72 +438,6 @@ def download_file(
     return TransferStats(files=1, bytes=size, seconds=time.monotonic() - t0)
 
 
-def upload_tree(
-    src: Path,
-    store: Store,
-    prefix: str,
-    *,
-    workers: int = DEFAULT_WORKERS,
-    progress: Progress | None = None,
-    skip_existing: bool = True,
-) -> TransferStats:
-    """Upload every file under the folder `src` to `prefix/<relative path>`, `workers` files at once.
-
-    With `skip_existing`, a file whose object already exists with the same size is not uploaded
-    again, so rerunning an interrupted upload sends only what is missing. Progress is counted per
-    finished file. The first error stops the upload (files already sent stay) and is re-raised.
-    """
-    t0 = time.monotonic()
-    src = Path(src)
-    if not src.is_dir():
-        raise StorageError(f"cannot upload {src}: not a folder")
-    prefix = _folder_prefix(prefix)
-    local: list[tuple[Path, str, int]] = []
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if rel.parts[0] == PARTIAL_DIR or any(p.startswith(".lp-tmp-") for p in rel.parts) or not path.is_file():
-            continue
-        local.append((path, prefix + rel.as_posix(), path.stat().st_size))
-    existing = {o.key: o.size for o in store.list(prefix)} if skip_existing else {}
-    todo = [(p, k, s) for p, k, s in local if existing.get(k) != s]
-    total = sum(s for _, _, s in local)
-    prog = _Progress(total, progress)
-    if len(todo) < len(local):
-        prog.add(total - sum(s for _, _, s in todo))
-    cancel = threading.Event()
-
-    def one(item: tuple[Path, str, int]) -> None:
-        if cancel.is_set():
-            return
-        path, key, size = item
-        try:
-            retrying(store.put_file, path, key)
-            prog.add(size)
-        except BaseException:
-            cancel.set()
-            raise
-
-    if todo:
-        with ThreadPoolExecutor(max_workers=max(1, min(int(workers), len(todo))), thread_name_prefix="lp-up") as pool:
-            futures = [pool.submit(one, item) for item in todo]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            for fut in futures:
-                if cancel.is_set():
-                    fut.cancel()
-        for fut in futures:
-            if not fut.cancelled() and fut.exception() is not None:
-                raise fut.exception()
-    elif progress:
-        progress(total, total)
-    return TransferStats(
-        files=len(todo),
-        bytes=sum(s for _, _, s in todo),
-        seconds=time.monotonic() - t0,
-        skipped_files=len(local) - len(todo),
-        skipped_bytes=total - sum(s for _, _, s in todo),
-    )
-
-
 def _remove_if_empty(folder: Path) -> None:
     try:
         folder.rmdir()
@@ -564,12 +452,20 @@ __all__ = [
     "TransferStats",
     "download_file",
     "download_tree",
+    "get_file_by_ranges",
     "has_ranges",
     "retrying",
-    "sha256_of",
     "short_reason",
-    "upload_tree",
 ]
+
+
+def __getattr__(name: str):
+    # upload_tree moved to launchpad.storage.upload, which imports this module: load it lazily.
+    if name == "upload_tree":
+        from .upload import upload_tree
+
+        return upload_tree
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_file_by_ranges(store: Store, key: str, dest: Path, *, part_size: int, workers: int) -> None:

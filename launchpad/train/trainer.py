@@ -27,7 +27,6 @@ from typing import Any
 
 from ..errors import BadInput, StorageError
 from ..storage import open_store
-from ..storage.checkpoints import download_checkpoint, latest_checkpoint
 from .distributed import Ranks, node_lock
 from ..dsconfig import zero_stage
 from .envcheck import check_environment, summary
@@ -67,6 +66,7 @@ def check_store_writable(store, job_id: str) -> None:
 def resolve_base_model(base_model: str, workdir: Path) -> str:
     """A from_pretrained() argument for the recipe's base_model: a local folder or an HF id."""
     from ..storage import scheme_of
+    from ..storage.local import local_path
 
     if base_model.startswith("builtin:"):
         from . import tiny
@@ -88,8 +88,8 @@ def resolve_base_model(base_model: str, workdir: Path) -> str:
             objects = store.list("")
             if not objects:
                 raise BadInput(f"base_model {base_model}: nothing there")
-            for obj in objects:
-                store.get_file(obj.key, dest / obj.key)
+            for obj in objects:  # keys come from the store: local_path refuses any that would leave `dest`
+                store.get_file(obj.key, local_path(dest, obj.key, source=base_model))
         return str(dest)
     return base_model  # a Hugging Face id; from_pretrained uses the HF cache (or HF_HUB_OFFLINE)
 
@@ -168,15 +168,13 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
 def _resume_checkpoint(spec: TrainJob, store, ranks: Ranks, status: StatusWriter):
     """(ref, local folder) of the newest complete store checkpoint, or (None, None). One download per
     machine: the node's ranks take turns on a lock and reuse a verified folder."""
-    from ..storage.checkpoints import MANIFEST
+    from ..storage.checkpoints import download_for_resume
 
-    ref = latest_checkpoint(store, spec.job_id)
-    if ref is None:
-        return None, None
-    dest = spec.workdir / "resume" / ref.name
     with node_lock(spec.workdir / ".resume.lock"):
-        if not (dest / MANIFEST).is_file():
-            download_checkpoint(store, ref, dest)
+        # The newest checkpoint that verifies: a corrupt newest one is skipped with a warning, not retried for ever.
+        ref, dest = download_for_resume(store, spec.job_id, spec.workdir / "resume", log=log)
+        if ref is None:
+            return None, None
         if ranks.is_node_main:
             # Local checkpoint-N folders of an earlier attempt may be half-written: the store is the truth.
             shutil.rmtree(spec.output_dir, ignore_errors=True)
