@@ -141,7 +141,7 @@ def test_skypilot_names_are_aliases(text, expected):
 
 # Issue 9 item 1: a name nobody sells is refused with the closest known names as the fix.
 @pytest.mark.parametrize("text, name, close", [("Z9000:1", "Z9000", None), ("A100X:1", "A100X", "A100"),
-                                               ("H1OO:8", "H1OO", "H100")])
+                                               ("H1000:8", "H1000", "H100")])
 def test_unknown_gpu_name_names_the_closest_known(text, name, close):
     with pytest.raises(ValueError) as info:
         check_gpu_names(parse_gpu_spec(text), text)
