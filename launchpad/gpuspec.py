@@ -90,9 +90,9 @@ def check_gpu_names(spec: "GpuSpec", text: str | None = None, known: Iterable[st
     for name in spec.names:
         if name in pool:
             continue
-        close = difflib.get_close_matches(name, sorted(pool), n=3, cutoff=0.5)
+        close = difflib.get_close_matches(name, sorted(pool), n=3, cutoff=0.65)  # below: unrelated names
         fix = (f"did you mean {' or '.join(close)}?" if close
-               else "write e.g. A100, H100, L4 or 24GB.. for any GPU with 24 GB")
+               else "write e.g. A100, H100, L4, or 24GB.. for any GPU with 24 GB;")
         where = f" in {text!r}" if text and text.strip().upper() != name else ""
         raise ValueError(f"unknown GPU name {name!r}{where} ({fix} `launchpad offers` lists the GPUs on sale)")
 
