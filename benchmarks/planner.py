@@ -72,6 +72,9 @@ def baseline_plan(need, offers_by_provider):
                     reason = "gpu spec"
                 elif need.vram_for(v.gpu_count * need.nodes) > v.gpu_memory_gb:
                     reason = "vram"
+                elif (v.memory_gb and v.memory_gb < need.host_ram_for(v.gpu_count)) or (
+                        v.vcpus and v.vcpus < need.host_cpus_for(v.gpu_count)):
+                    reason = "host"
                 elif need.cuda_min and v.cuda and version_tuple(v.cuda) < version_tuple(need.cuda_min):
                     reason = "cuda"
                 elif need.regions and not any(fnmatch.fnmatch(v.region, g) for g in need.regions):

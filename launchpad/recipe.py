@@ -35,7 +35,7 @@ from pydantic import (
 
 from ._recipe_errors import apply_overrides, format_errors
 from .errors import RecipeError
-from .gpuspec import GpuSpec, parse_gpu_spec
+from .gpuspec import GpuSpec, check_gpu_names, parse_gpu_spec
 from .yamlsafe import YamlError, read_yaml_mapping
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -218,9 +218,16 @@ def _to_str(value: Any) -> Any:
     return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
-def _check_gpu(value: Any) -> Any:
+def _check_gpu(value: Any, info: ValidationInfo) -> Any:
     value = _to_str(value)
-    return str(parse_gpu_spec(value)) if isinstance(value, str) else value  # canonical form
+    if not isinstance(value, str):
+        return value
+    spec = parse_gpu_spec(value)
+    # Unknown names only where a user wrote the recipe (load_recipe): the agent re-validates job.json on a
+    # machine whose catalog may differ, and a name accepted at `up` must not fail there.
+    if _context(info)[1]:
+        check_gpu_names(spec, value)
+    return str(spec)  # canonical form
 
 
 def _pattern(regex: re.Pattern, what: str) -> Any:

@@ -2,7 +2,8 @@ import time
 
 import pytest
 
-from launchpad.gpuspec import GpuSpec, canonical_gpu_name, parse_gpu_spec
+from launchpad.gpuspec import (KNOWN_GPUS, GpuSpec, canonical_gpu_name, check_gpu_names, known_gpu_names,
+                               parse_gpu_spec)
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,9 @@ def test_str_is_canonical():
         ("24XB", "cannot read"),
         ("A100;rm -rf /", "cannot read"),
         ("$(id)", "cannot read"),
-        ("A100-80GB", "own part"),
+        ("A100-80GB:40GB", "memory twice"),
+        ("A100-80GB,H100-40GB", "different memory sizes"),
+        ("H100,A100-80GB", "some names only"),
         ("A100,", "cannot read"),
         ("A" * 300, "too long"),
     ],
@@ -114,3 +117,46 @@ def test_fast():
     for _ in range(2000):
         parse_gpu_spec("A100,H100:40GB..80GB:2..8")
     assert time.perf_counter() - start < 1.0
+
+
+# Issue 9 item 3: SkyPilot's spellings (as in the catalog CSVs of /work/shared/catalog) are aliases.
+@pytest.mark.parametrize("text, expected", [
+    ("A100-80GB:1", "A100:80GB"),
+    ("A100-80GB", "A100:80GB"),
+    ("H100-80GB:8", "H100:80GB:8"),
+    ("A100-80GB-SXM:1", "A100:80GB"),
+    ("V100-32GB:2", "V100:32GB:2"),
+    ("A10G", "A10G"),
+    ("L4:1", "L4"),
+    ("H100-MEGA:8", "H100:8"),
+    ("RTX6000-Ada", "RTX6000ADA"),
+    ("RTXA6000", "A6000"),
+    ("T4g", "T4G"),
+    ("A100-80GB,H100-80GB:8", "A100,H100:80GB:8"),
+    ("A100-80GB:80GB", "A100:80GB"),
+])
+def test_skypilot_names_are_aliases(text, expected):
+    assert str(parse_gpu_spec(text)) == expected
+
+
+# Issue 9 item 1: a name nobody sells is refused with the closest known names as the fix.
+@pytest.mark.parametrize("text, name, close", [("Z9000:1", "Z9000", None), ("A100X:1", "A100X", "A100"),
+                                               ("H1000:8", "H1000", "H100")])
+def test_unknown_gpu_name_names_the_closest_known(text, name, close):
+    with pytest.raises(ValueError) as info:
+        check_gpu_names(parse_gpu_spec(text), text)
+    message = str(info.value)
+    assert f"unknown GPU name {name!r}" in message and "\n" not in message
+    if close:
+        assert "did you mean" in message and close in message
+
+
+def test_every_catalog_and_planner_gpu_is_known():
+    from launchpad.planner.catalog import load_catalog
+    from launchpad.planner.settings import planner_settings
+
+    catalog = {o.gpu for offers in load_catalog().values() for o in offers if o.gpu}
+    assert catalog <= known_gpu_names()
+    assert set(planner_settings()["gpus"]) <= KNOWN_GPUS  # the static table covers the planner's GPU table
+    for name in ("A100", "H100", "L4", "T4", "A10G", "RTX4090"):
+        check_gpu_names(parse_gpu_spec(name))

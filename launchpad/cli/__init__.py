@@ -33,8 +33,18 @@ def _load(path: str, overrides: dict | None = None):
 @click.argument("recipe", type=click.Path(dir_okay=True))
 @json_option
 def validate(recipe: str, as_json: bool) -> None:
-    """Check a recipe: exit 0, or exit 2 with one line per problem."""
-    r = _load(recipe)
+    """Check a recipe: exit 0, or exit 2 with one line per problem (--json: the problems as records)."""
+    from ..errors import RecipeError
+
+    try:
+        r = _load(recipe)
+    except RecipeError as e:
+        if not as_json:
+            raise  # main() prints one line per problem on stderr
+        from ._problems import problem_records
+
+        emit_json({"recipe": recipe, "valid": False, "problems": problem_records(e.problems, recipe)})
+        raise click.exceptions.Exit(e.exit_code) from None
     if as_json:
         emit_json({"recipe": recipe, "valid": True, "name": r.name})
     else:

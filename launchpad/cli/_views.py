@@ -20,23 +20,27 @@ def _age(ts: float | None) -> str:
     return f"{s:.0f}s ago"
 
 
-def render_jobs(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
+    """The jobs table, one line per job at any width: the id (what the next command takes) and the state
+    are never cut; the other columns give way (see _tables)."""
+    from ._tables import Col, fit_table
 
+    con = con or console()
     if not rows:
-        console().print("no jobs yet: `launchpad up recipes/smoke-lora.yaml` starts one")
+        con.print("no jobs yet: `launchpad up recipes/smoke-lora.yaml` starts one")
         return
-    table = Table(title="jobs", title_justify="left")
-    for col in ("job", "state", "provider", "step", "loss", "last checkpoint", "cost", "started"):
-        table.add_column(col, justify="right" if col in ("step", "loss", "cost") else "left")
+    cols = [Col("job", priority=10, whole=True), Col("state", priority=10, whole=True), Col("provider", priority=6),
+            Col("step", "right", 7, whole=True), Col("loss", "right", 5, whole=True),
+            Col("last checkpoint", priority=4), Col("cost", "right", 8, whole=True), Col("started", priority=3)]
+    cells = []
     for r in rows:
         style = _STATE_STYLE.get(r["state"], "")
         step = f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"])
         ckpt = (r.get("last_checkpoint") or "").rsplit("/", 1)[-1]
         loss = f"{r['loss']:.3f}" if r.get("loss") is not None else ""
-        table.add_row(r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
-                      step, loss, ckpt, f"${r['cost_usd']:.2f}", _age(r.get("created_at")))
-    console().print(table)
+        cells.append([r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
+                      step, loss, ckpt, f"${r['cost_usd']:.2f}", _age(r.get("created_at"))])
+    con.print(fit_table("jobs", cols, cells, con.width))
 
 
 def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:

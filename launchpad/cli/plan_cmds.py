@@ -37,29 +37,61 @@ def _money(x: float) -> str:
     return f"${x:,.2f}" if x >= 0.01 or x == 0 else f"${x:.4f}"
 
 
+def _rate(x: float) -> str:
+    """A price per hour: cents matter below $10 ($0.7045 vs $0.8048 is the difference between two hosts)."""
+    return f"${x:,.4f}" if x < 10 else f"${x:,.2f}"
+
+
 def _gpu(o: Any) -> str:
     if not o.gpu:
         return f"cpu ({o.vcpus:g} vCPU)" if o.vcpus else "cpu"
-    return f"{o.gpu_count}x {o.gpu} {o.gpu_memory_gb:g}GB"
+    return f"{o.gpu_count}x{o.gpu} {o.gpu_memory_gb:g}G"
+
+
+def _host(o: Any) -> str:
+    if not o.vcpus and not o.memory_gb:
+        return "-"
+    return f"{o.vcpus:g}cpu {o.memory_gb:g}G"
 
 
 def _where(o: Any) -> str:
     return o.zone or o.region
 
 
-def _offers_table(title: str, rows: list, *, configured_col: bool = False):
-    from rich.table import Table
+def _width(width: int | None) -> int:
+    return width if width is not None else console().width
 
-    t = Table(title=title, title_justify="left")
-    for col, just in (("#", "right"), ("provider", "left"), ("instance type", "left"), ("GPU", "left"),
-                      ("region", "left"), ("$/h", "right"), ("est. time", "right"), ("est. cost", "right"),
-                      ("score", "right")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+
+def _offers_table(title: str, rows: list, *, width: int | None = None):
+    """Ranked offers, one line each at any width (see _tables): price and cost are kept longest."""
+    from ._tables import Col, fit_table
+
+    cols = [Col("#", "right", 4, whole=True), Col("provider", priority=8), Col("instance type", priority=7),
+            Col("GPU", priority=9), Col("region", priority=6), Col("$/h", "right", 10, whole=True),
+            Col("est. time", "right", 6, whole=True), Col("est. cost", "right", 10, whole=True),
+            Col("score", "right", 2, whole=True), Col("host", priority=1)]
+    cells = []
     for i, r in enumerate(rows, 1):
         o = r.offer
-        t.add_row(str(i), o.provider, o.instance_type + (" [yellow](spot)[/]" if o.spot else ""), _gpu(o),
-                  _where(o), _money(o.price), _hours(r.est_hours), _money(r.est_cost), f"{r.score:.2f}")
-    return t
+        cells.append([str(i), o.provider, o.instance_type + (" (spot)" if o.spot else ""), _gpu(o), _where(o),
+                      _rate(o.price), _hours(r.est_hours), _money(r.est_cost), f"{r.score:.2f}", _host(o)])
+    return fit_table(title, cols, cells, _width(width))
+
+
+def _market_table(title: str, rows: list, *, width: int | None = None):
+    """`offers` rows (MarketOffer), one line each at any width."""
+    from ._tables import Col, fit_table
+
+    cols = [Col("provider", priority=8), Col("instance type", priority=7), Col("GPU", priority=9),
+            Col("region", priority=6), Col("$/h", "right", 10, whole=True), Col("spot $/h", "right", 6, whole=True),
+            Col("configured", priority=5, whole=True), Col("host", priority=2)]
+    cells = []
+    for m in rows:
+        o = m.offer
+        sp = o.spot_price_per_hour
+        cells.append([o.provider, o.instance_type, _gpu(o), _where(o), _rate(o.price_per_hour),
+                      "-" if sp is None else _rate(sp), "[green]yes[/]" if m.configured else "[dim]no[/]", _host(o)])
+    return fit_table(title, cols, cells, _width(width))
 
 
 def _need_line(need: Any) -> str:
@@ -130,6 +162,9 @@ def _explain(plan: Any, con: Any) -> None:
                   + f". Work: {b.get('tokens', 0) / 1e6:.1f}M tokens ({need.tokens_source}); "
                   f"{b.get('tflops_per_gpu', 0):g} peak TFLOPs per GPU at {b.get('mfu', 0):.0%} MFU"
                   + ("" if b.get("flash_attention") else ", no FlashAttention-2") + ".")
+    gpus = need.gpu.count_min if need.gpu else 1
+    con.print(f"Host need per node ({gpus} GPU{'s' if gpus > 1 else ''}): {need.host_ram_for(gpus):.1f} GB RAM "
+              f"({need.host_why}), {need.host_cpus_for(gpus)} vCPUs; the cheapest host shape that has both is taken.")
     if need.memory is not None:
         m = need.memory
         parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts.items() if v >= 0.05)
@@ -155,7 +190,11 @@ def _explain(plan: Any, con: Any) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Offers to show (default: 10 in tables, all in --json).")
 @click.option("--provider", "provider", metavar="NAME", default=None, help="Consider only this provider.")
 def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | None, provider: str | None) -> None:
-    """Rank the offers that can run RECIPE: VRAM need, est. time and cost, and why others were rejected."""
+    """Rank the offers that can run RECIPE: VRAM need, est. time and cost, and why others were rejected.
+
+    Exit codes: 0 when a configured provider can run RECIPE; 1 when none can (the table still shows what
+    providers you have not configured could do, and why the rest were rejected); 2 for a bad recipe or option.
+    """
     from ..planner import plan as make_plan
     from ..planner import plan_to_json, rejection_summary
     from ..recipe import load_recipe
@@ -171,6 +210,8 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
             data["unconfigured"] = data["unconfigured"][:top]
         data["recipe"] = recipe
         emit_json(data)
+        if not p.ranked:
+            raise click.exceptions.Exit(1)
         return
     top = top or 10
     con = console()
@@ -197,10 +238,13 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     elif p.rejected:
         top_reasons = ", ".join(f"{reason} ({n})" for reason, n in rejection_summary(p, 3))
         con.print(f"[dim]{len(p.rejected)} offers rejected; most common: {top_reasons}. --explain for more.[/]")
+    if not p.ranked:  # nothing can run it here: scripts (`plan && up`) must not go on
+        raise click.exceptions.Exit(1)
 
 
 @click.command("offers")
-@click.option("--gpu", "gpu", metavar="SPEC", default=None, help="GPU spec in dstack's style: A100:1, H100:80GB:8, 24GB..")
+@click.option("--gpu", "gpu", metavar="SPEC", default=None,
+              help="GPU spec in dstack's style (A100:1, H100:80GB:8, 24GB..) or SkyPilot's names (A100-80GB:1).")
 @click.option("--spot", is_flag=True, help="Spot/preemptible offers (those with a known spot price).")
 @click.option("--region", "regions", metavar="GLOB", multiple=True, help="Region or zone glob; repeatable.")
 @click.option("--provider", "provider", metavar="NAME", default=None, help="Only this provider.")
@@ -211,26 +255,17 @@ def offers(gpu: str | None, spot: bool, regions: tuple[str, ...], provider: str 
            limit: int, as_json: bool) -> None:
     """What the market has, cheapest first, configured provider or not (like `dstack offer`)."""
     from ..planner import offer_json
-    from ..planner.market import market
+    from ..planner.market import market, parse_wanted_gpu
     from ..plugins import configured_providers
 
+    spec = parse_wanted_gpu(gpu) if gpu else None  # bad or unknown names: exit 2 before any provider is asked
     usable, _ = configured_providers()
-    rows = market(gpu, spot=spot, regions=regions, providers=usable, only_providers=(provider,) if provider else (),
+    rows = market(spec, spot=spot, regions=regions, providers=usable, only_providers=(provider,) if provider else (),
                   max_price=max_price)
     if as_json:
         emit_json({"gpu": gpu, "spot": spot, "regions": list(regions), "offers": [offer_json(m.offer, m.configured)
                                                                                 for m in rows]})
         return
-    from rich.table import Table
-
-    t = Table(title=f"{len(rows)} offers" + (f" for {gpu}" if gpu else "") + (" (spot)" if spot else "")
-              + (f", showing the cheapest {limit}" if len(rows) > limit else ""), title_justify="left")
-    for col, just in (("provider", "left"), ("instance type", "left"), ("GPU", "left"), ("region", "left"),
-                      ("$/h", "right"), ("spot $/h", "right"), ("configured", "left")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for m in rows[:limit]:
-        o = m.offer
-        sp = o.spot_price_per_hour
-        t.add_row(o.provider, o.instance_type, _gpu(o), _where(o), _money(o.price_per_hour),
-                  "-" if sp is None else _money(sp), "[green]yes[/]" if m.configured else "[dim]no[/]")
-    console().print(t)
+    title = (f"{len(rows)} offers" + (f" for {spec}" if spec else "") + (" (spot)" if spot else "")
+             + (f", showing the cheapest {limit}" if len(rows) > limit else ""))
+    console().print(_market_table(title, rows[:limit]))

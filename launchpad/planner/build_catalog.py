@@ -6,8 +6,10 @@ reads ``<src>/<cloud>/vms.csv`` for every cloud folder and writes one normalised
 (`COLUMNS`) plus ``PROVENANCE.md``. The traps of the source data are handled here, once:
 
 - GCP lists GPUs as rows *without* an instance type that carry only the accelerator's price; the host VM
-  (a2/a3/a4/g2, or an N1 VM for attachable GPUs) is its own row. We join them per zone: one offer =
-  host + accelerators, price = host price + accelerator price (spot likewise, when both are known).
+  (a2/a3/a4/g2, or an N1 VM for attachable GPUs) is its own row. We join them per zone: one offer per
+  valid host shape = host + accelerators, price = host price + accelerator price (spot likewise, when both
+  are known). Every valid shape is kept (g2-standard-4..32 for one L4, the N1 sizes within each GPU's
+  limits): the planner takes the cheapest that meets the recipe's CPU and host-RAM need.
   TPUs are dropped (the trainer is CUDA).
 - Vast's ``SpotPrice`` 0.00 means "no spot price", not free: it becomes empty (None).
 - Vast rows named A100 may be 80 GB: per-GPU memory comes from ``GpuInfo`` (TotalGpuMemoryInMiB / count;
@@ -33,24 +35,32 @@ from launchpad.gpuspec import canonical_gpu_name
 COLUMNS = ("InstanceType", "Region", "Zone", "Gpu", "GpuCount", "GpuMemoryGB", "vCPUs", "MemoryGiB",
            "Price", "SpotPrice")
 
-# Catalog accelerator names that are the same GPU as a simpler name users type.
-_ALIASES = {"RTXA6000": "A6000", "RTXA5000": "A5000", "RTXA4000": "A4000", "H100MEGA": "H100"}
 _NAME_MEM = re.compile(r"-(\d+)GB?$", re.IGNORECASE)  # "A100-80GB", "A100-80G", "V100-32GB"
 
-# GCP: accelerators bundled with a machine family, by (accelerator, count) -> host type.
-_GCP_BUNDLED = {
-    **{("A100", n): f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)},
-    ("A100", 16): "a2-megagpu-16g",
-    **{("A100-80GB", n): f"a2-ultragpu-{n}g" for n in (1, 2, 4, 8)},
-    **{("H100", n): f"a3-highgpu-{n}g" for n in (1, 2, 4, 8)},
-    ("H100-MEGA", 8): "a3-megagpu-8g",
-    ("H200", 8): "a3-ultragpu-8g",
-    ("B200", 8): "a4-highgpu-8g",
-    ("L4", 1): "g2-standard-8", ("L4", 2): "g2-standard-24", ("L4", 4): "g2-standard-48",
-    ("L4", 8): "g2-standard-96",
+# GCP: every host shape an accelerator count can be launched on (GCP's "GPU machine types" page,
+# docs.cloud.google.com/compute/docs/gpus). Bundled families are fixed per count, except G2, where one L4
+# comes on five shapes (4..32 vCPUs); the planner picks the cheapest host that meets the recipe's CPU and
+# host-RAM need, so keeping every shape is what makes an L4 as cheap here as SkyPilot finds it.
+_GCP_BUNDLED: dict[tuple[str, int], tuple[str, ...]] = {
+    **{("A100", n): (f"a2-highgpu-{n}g",) for n in (1, 2, 4, 8)},
+    ("A100", 16): ("a2-megagpu-16g",),
+    **{("A100-80GB", n): (f"a2-ultragpu-{n}g",) for n in (1, 2, 4, 8)},
+    **{("H100", n): (f"a3-highgpu-{n}g",) for n in (1, 2, 4, 8)},
+    ("H100-MEGA", 8): ("a3-megagpu-8g",),
+    ("H200", 8): ("a3-ultragpu-8g",),
+    ("B200", 8): ("a4-highgpu-8g",),
+    ("L4", 1): tuple(f"g2-standard-{v}" for v in (4, 8, 12, 16, 32)),
+    ("L4", 2): ("g2-standard-24",), ("L4", 4): ("g2-standard-48",), ("L4", 8): ("g2-standard-96",),
 }
-# GCP GPUs attached to an N1 VM: SkyPilot's default host, 8 vCPUs per GPU (within each GPU's vCPU limit).
-_GCP_N1_ATTACHED = {"T4", "V100", "P100", "P4"}
+# GCP GPUs attached to any predefined N1 VM (standard, highmem, highcpu) within the limits the same page
+# gives per GPU count: (max vCPUs, max memory GB).
+_GCP_N1_LIMITS: dict[str, dict[int, tuple[float, float]]] = {
+    "T4": {1: (48, 312), 2: (48, 312), 4: (96, 624)},
+    "P4": {1: (24, 156), 2: (48, 312), 4: (96, 624)},
+    "V100": {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)},
+    "P100": {1: (16, 104), 2: (32, 208), 4: (96, 624)},
+}
+_N1_FAMILIES = ("n1-standard-", "n1-highmem-", "n1-highcpu-")
 
 
 @dataclass(frozen=True)
@@ -91,8 +101,7 @@ def _float(text: str | None) -> float | None:
 
 def gpu_name(raw: str) -> str:
     """Catalog accelerator name -> the canonical name the planner and `parse_gpu_spec` use."""
-    name = canonical_gpu_name(_NAME_MEM.sub("", raw.strip()))
-    return _ALIASES.get(name, name)
+    return canonical_gpu_name(_NAME_MEM.sub("", raw.strip()))  # aliases (RTXA6000 -> A6000) included
 
 
 def per_gpu_memory_gb(raw_name: str, gpu_info: str, count: float, default_gb: float) -> float:
@@ -147,32 +156,41 @@ def _plain_rows(cloud: str, rows: Iterable[dict[str, str]], defaults: dict[str, 
                   _float(r.get("vCPUs")) or 0.0, _float(r.get("MemoryGiB")) or 0.0, price, spot)
 
 
+def _gcp_host_types(raw: str, count: int, hosts_in_zone: dict[str, dict[str, str]]) -> list[str]:
+    """Host VM types in one zone that can carry `count` x `raw` accelerators."""
+    if (raw, count) in _GCP_BUNDLED:
+        return [t for t in _GCP_BUNDLED[(raw, count)] if t in hosts_in_zone]
+    limits = _GCP_N1_LIMITS.get(raw, {}).get(count)
+    if limits is None:
+        return []
+    max_cpu, max_mem = limits
+    return [t for t, h in hosts_in_zone.items() if t.startswith(_N1_FAMILIES)
+            and (_float(h.get("vCPUs")) or 0) <= max_cpu and (_float(h.get("MemoryGiB")) or 0) <= max_mem]
+
+
 def _gcp_rows(rows: list[dict[str, str]], defaults: dict[str, float], gpu_only: bool) -> Iterator[Row]:
-    hosts: dict[tuple[str, str], dict[str, str]] = {}
+    hosts: dict[str, dict[str, dict[str, str]]] = {}  # zone -> instance type -> row
     accels: list[dict[str, str]] = []
     for r in rows:
         if r.get("InstanceType"):
-            hosts[(r["InstanceType"], r["AvailabilityZone"])] = r
+            hosts.setdefault(r["AvailabilityZone"], {})[r["InstanceType"]] = r
         elif r.get("AcceleratorName") and not r["AcceleratorName"].startswith("tpu"):
             accels.append(r)
     if not gpu_only:
-        for r in hosts.values():
-            yield from _plain_rows("gcp", [r], defaults, gpu_only)
+        for zone_hosts in hosts.values():
+            yield from _plain_rows("gcp", zone_hosts.values(), defaults, gpu_only)
     for a in accels:
         raw, count = a["AcceleratorName"], int(float(a["AcceleratorCount"]))
-        host_type = _GCP_BUNDLED.get((raw, count))
-        if host_type is None and raw in _GCP_N1_ATTACHED:
-            host_type = f"n1-standard-{8 * count}"
-        host = hosts.get((host_type, a["AvailabilityZone"])) if host_type else None
-        if host is None:
-            continue  # no host VM in that zone: not an offer anyone can launch
-        price = (_float(host["Price"]) or 0.0) + (_float(a["Price"]) or 0.0)
-        hs, as_ = _float(host.get("SpotPrice")), _float(a.get("SpotPrice"))
-        spot = hs + as_ if hs is not None and as_ is not None else None
+        zone_hosts = hosts.get(a["AvailabilityZone"], {})
         name = gpu_name(raw)
-        yield Row("gcp", host_type, a["Region"], a["AvailabilityZone"], name, count,
-                  per_gpu_memory_gb(raw, a.get("GpuInfo", ""), count, defaults.get(name, 0.0)),
-                  _float(host.get("vCPUs")) or 0.0, _float(host.get("MemoryGiB")) or 0.0, price, spot)
+        mem = per_gpu_memory_gb(raw, a.get("GpuInfo", ""), count, defaults.get(name, 0.0))
+        for host_type in _gcp_host_types(raw, count, zone_hosts):  # none in that zone: nothing to launch
+            host = zone_hosts[host_type]
+            price = (_float(host["Price"]) or 0.0) + (_float(a["Price"]) or 0.0)
+            hs, as_ = _float(host.get("SpotPrice")), _float(a.get("SpotPrice"))
+            spot = hs + as_ if hs is not None and as_ is not None else None
+            yield Row("gcp", host_type, a["Region"], a["AvailabilityZone"], name, count, mem,
+                      _float(host.get("vCPUs")) or 0.0, _float(host.get("MemoryGiB")) or 0.0, price, spot)
 
 
 def read_source(src: Path, *, gpu_only: bool = True) -> dict[str, list[Row]]:
@@ -199,8 +217,9 @@ def write_catalog(rows: dict[str, list[Row]], dest: Path, *, source_readme: Path
         "",
         "Built by `python -m launchpad.planner.build_catalog <src> configs/catalog` from a snapshot of public",
         "catalogs in SkyPilot's `vms.csv` format (see the source README below). Normalised: GPU offers only,",
-        "canonical GPU names, memory per GPU from GpuInfo, GCP accelerators joined to their host VMs",
-        "(price = host + accelerators), Vast SpotPrice 0.00 -> empty (unknown), TPUs, fractional GPUs and",
+        "canonical GPU names, memory per GPU from GpuInfo, GCP accelerators joined to every valid host VM",
+        "shape in their zone (g2-standard-4..32 for one L4, N1 sizes within each attachable GPU's vCPU/RAM",
+        "limits; price = host + accelerators), Vast SpotPrice 0.00 -> empty (unknown), TPUs, fractional GPUs and",
         "CPU-only rows dropped. Prices are USD per instance-hour, from snapshots of 2026-01..05: realistic, not live.",
         "",
         "| file | offers |",

@@ -1,7 +1,7 @@
 """plan(): recipe -> Need -> every offer filtered (each rejection keeps its reason) -> scored -> ranked.
 
 Order of the hard constraints (the first that fails is the reason shown): provider allow-list, accelerator
-kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, multi-node capability, CUDA minimum, NVMe, stop capability,
+kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, host RAM and vCPUs (`Need.host_ram_for`), multi-node capability, CUDA minimum, NVMe, stop capability,
 region, spot (no spot price / no spot market), price cap -- and only then "not configured", so an offer
 from an unconfigured provider is shown as "not configured" only when it would otherwise run the recipe;
 one that could not run it anyway shows the real reason.
@@ -143,6 +143,15 @@ class _Evaluator:
             if vram is not None and vram > o.gpu_memory_gb:
                 return "vram", (f"VRAM: needs {_gb(vram)} GB per GPU ({need.adapter}, {o.gpu_count * need.nodes} "
                                 f"GPU{'s' if o.gpu_count * need.nodes > 1 else ''}), {o.gpu} has {o.gpu_memory_gb:g} GB")
+            # The host around the GPUs: the cheapest of several shapes (GCP g2-standard-4..32) wins only
+            # when it can load the weights; unknown sizes (0) are not held against an offer.
+            ram = need.host_ram_for(o.gpu_count)
+            if o.memory_gb and o.memory_gb < ram:
+                return "host", (f"host RAM: needs {_gb(ram)} GB ({need.host_why}), {o.instance_type} has "
+                                f"{o.memory_gb:g} GB")
+            cpus = need.host_cpus_for(o.gpu_count)
+            if o.vcpus and o.vcpus < cpus:
+                return "host", f"vCPUs: needs {cpus} ({need.host_cpus_per_gpu} per GPU), {o.instance_type} has {o.vcpus:g}"
         if need.nodes > 1:
             if why := self.unsupported(o.provider, Capability.MULTI_NODE, facts):
                 return "multi_node", why

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ..errors import BadInput, ProviderError
+from ..gpuspec import GpuSpec, check_gpu_names, parse_gpu_spec
 from ..models import Offer
 from .catalog import load_catalog, with_facts
 
@@ -19,19 +20,25 @@ class MarketOffer:
     configured: bool
 
 
-def market(gpu: str | None = None, *, spot: bool = False, regions: Sequence[str] = (),
+def parse_wanted_gpu(text: str) -> GpuSpec:
+    """A GPU spec a user asks for (`offers --gpu`): syntax and known names checked. Raises `BadInput`
+    naming the option, the problem and the closest known names."""
+    try:
+        spec = parse_gpu_spec(text)
+        check_gpu_names(spec, text)
+    except ValueError as exc:
+        raise BadInput(f"--gpu: {exc}") from None
+    return spec
+
+
+def market(gpu: "str | GpuSpec | None" = None, *, spot: bool = False, regions: Sequence[str] = (),
            providers: Mapping[str, Any] | None = None, only_providers: Sequence[str] = (),
            max_price: float | None = None, include_catalog: bool = True,
            catalog: Mapping[str, Sequence[Offer]] | None = None) -> list[MarketOffer]:
-    """Offers matching `gpu` (dstack spec; None = any GPU offer), cheapest first. `spot` lists spot
+    """Offers matching `gpu` (a spec or its text; None = any GPU offer), cheapest first. `spot` lists spot
     variants (offers with a known spot price) instead of on-demand. Configured `providers` contribute
     their own `offers()`; the catalog covers the rest (configured=False). Raises `BadInput` for a bad spec."""
-    from ..gpuspec import parse_gpu_spec
-
-    try:
-        spec = parse_gpu_spec(gpu) if gpu else None
-    except ValueError as exc:
-        raise BadInput(f"--gpu: {exc}") from None
+    spec = parse_wanted_gpu(gpu) if isinstance(gpu, str) and gpu else gpu or None
     region_re = re.compile("|".join(fnmatch.translate(g) for g in regions)) if regions else None
     only = set(only_providers)
     sources: list[tuple[Sequence[Offer], bool]] = []

@@ -31,6 +31,32 @@ def _dataset_bytes(recipe: Any, base_dir: Path | None) -> float | None:
     return total
 
 
+# Host (CPU-side) need per node. Loading the base model goes through host RAM: the bf16 checkpoint is read
+# (memory-mapped safetensors, shard by shard, but the page cache holds it) before the weights move to the
+# GPUs, so a node needs about the checkpoint's size plus what the OS, the agent and each trainer process
+# (CUDA runtime, data loader) use. ZeRO offload keeps optimizer states / parameters in host RAM on top.
+HOST_SYSTEM_GB = 4.0
+HOST_PER_GPU_GB = 3.0
+HOST_CPUS_PER_GPU = 2  # the trainer process and its data-loader worker
+
+
+def _host_need(params: int, memory: Any, nodes: int) -> tuple[float, str]:
+    """(GB of host RAM per node besides the per-GPU part, a one-line why)."""
+    weights = params * 2.0 / GIB
+    why = [f"{weights:.1f} GB to load the bf16 weights", f"{HOST_SYSTEM_GB:g} GB system",
+           f"{HOST_PER_GPU_GB:g} GB per GPU process"]
+    offload = 0.0
+    if memory is not None:
+        s = memory.setup
+        if s.offload_optimizer and s.zero_stage >= 1:
+            offload += memory.optimizer_gb / max(1, nodes)
+        if s.offload_param and s.zero_stage >= 3:
+            offload += memory.weights_gb / max(1, nodes)
+    if offload:
+        why.append(f"{offload:.1f} GB ZeRO offload")
+    return HOST_SYSTEM_GB + weights + offload, " + ".join(why)
+
+
 def need_from_recipe(recipe: Any) -> Need:
     """What `recipe` (a `launchpad.recipe.Recipe`) needs. Raises `RecipeError` for a GPU spec that
     does not parse."""
@@ -83,6 +109,7 @@ def need_from_recipe(recipe: Any) -> Need:
     else:
         ckpt = memory.trainable_params * 2.0
 
+    host_ram, host_why = _host_need(params, memory, res.nodes)
     providers = tuple(res.providers)
     autostop = recipe.autostop
     needs_stop = autostop.action == "stop" and "action" in getattr(autostop, "model_fields_set", set())
@@ -93,7 +120,9 @@ def need_from_recipe(recipe: Any) -> Need:
         params=params, shape=shape, memory=memory, max_steps=recipe.max_steps,
         tokens_per_step_per_gpu=tokens_per_step, dataset_tokens=dataset_tokens, epochs=epochs,
         tokens_source=source, dataset_bytes=ds_bytes_for_io, download_bytes=download, checkpoint_bytes=ckpt,
-        gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora", notes=tuple(notes),
+        gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora",
+        host_ram_gb=host_ram, host_ram_per_gpu_gb=HOST_PER_GPU_GB, host_cpus_per_gpu=HOST_CPUS_PER_GPU,
+        host_why=host_why, notes=tuple(notes),
     )
 
 

@@ -48,12 +48,25 @@ class Need:
     download_bytes: float = 0.0  # base model weights fetched at pre-warm
     checkpoint_bytes: float = 0.0  # the final checkpoint (adapter or full weights) leaving the cloud
     gradient_checkpointing: bool = False
+    # The host (CPU side) per node: RAM = host_ram_gb + host_ram_per_gpu_gb x GPUs on the node, vCPUs =
+    # host_cpus_per_gpu x GPUs (at least that many for a CPU-only job); `host_why` says where RAM comes from.
+    host_ram_gb: float = 0.0
+    host_ram_per_gpu_gb: float = 0.0
+    host_cpus_per_gpu: int = 0
+    host_why: str = ""
     notes: tuple[str, ...] = ()
 
     def vram_for(self, world_size: int) -> float | None:
         if self.memory is None:
             return self.vram_gb
         return self.memory.per_gpu_gb(world_size)
+
+    def host_ram_for(self, gpus: int) -> float:
+        """GB of host RAM one node with `gpus` GPUs needs."""
+        return self.host_ram_gb + self.host_ram_per_gpu_gb * max(1, gpus)
+
+    def host_cpus_for(self, gpus: int) -> int:
+        return self.host_cpus_per_gpu * max(1, gpus)
 
     def tokens(self, world_size: int) -> float:
         if self.max_steps:
@@ -68,6 +81,8 @@ class Need:
             "cuda_min": self.cuda_min, "nvme": self.nvme, "regions": list(self.regions),
             "spot": self.spot, "max_price": self.max_price, "providers": list(self.providers),
             "needs_stop": self.needs_stop, "tokens": self.tokens(1), "tokens_source": self.tokens_source,
+            "host_ram_gb": round(self.host_ram_for(self.gpu.count_min if self.gpu else 1), 1),
+            "host_vcpus": self.host_cpus_for(self.gpu.count_min if self.gpu else 1), "host_why": self.host_why,
             "notes": list(self.notes),
         }
 

@@ -35,8 +35,11 @@ def static_provider(name: str, offers: list[Offer], unsupported: dict[Capability
 def gpu_offer(provider: str = "p", instance_type: str = "g1", *, gpu: str | None = "A100", count: int = 1,
               mem: float = 80, price: float = 2.0, spot: float | None = None, region: str = "us-east-1",
               zone: str | None = None, cuda: str | None = "12.4", nvme: float = 0.0,
-              interconnect: str | None = None) -> Offer:
+              interconnect: str | None = None, vcpus: float | None = None, ram: float | None = None) -> Offer:
+    """A GPU offer; its host scales with the GPU count (12 vCPUs, 96 GB RAM per GPU) unless given."""
+    n = max(1, count)
     return Offer(provider=provider, instance_type=instance_type, region=region, zone=zone, gpu=gpu,
-                 gpu_count=count if gpu else 0, gpu_memory_gb=mem if gpu else 0.0, vcpus=8, memory_gb=64,
+                 gpu_count=count if gpu else 0, gpu_memory_gb=mem if gpu else 0.0,
+                 vcpus=12 * n if vcpus is None else vcpus, memory_gb=96 * n if ram is None else ram,
                  price_per_hour=price, spot_price_per_hour=spot, nvme_gb=nvme, cuda=cuda,
                  interconnect=interconnect)

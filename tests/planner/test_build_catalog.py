@@ -68,6 +68,29 @@ def test_gcp_accelerators_are_joined_to_their_host_vm(source: Path) -> None:
     assert len(rows) == 3
 
 
+G2_N1 = """InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice
+g2-standard-4,4.0,16.0,,,,us-east4,us-east4-a,0.2,0.08
+g2-standard-8,8.0,32.0,,,,us-east4,us-east4-a,0.3,0.1
+g2-standard-24,24.0,96.0,,,,us-east4,us-east4-a,1.0,0.3
+n1-standard-8,8.0,30.0,,,,us-east4,us-east4-a,0.38,0.08
+n1-highmem-8,8.0,52.0,,,,us-east4,us-east4-a,0.47,0.1
+n1-standard-16,16.0,60.0,,,,us-east4,us-east4-a,0.76,0.16
+,,,L4,1,,us-east4,us-east4-a,0.5,0.12
+,,,V100,1,,us-east4,us-east4-a,2.48,0.74
+"""
+
+
+def test_gcp_keeps_every_valid_host_shape(tmp_path: Path) -> None:
+    """Issue 9 item 4: one L4 comes on several g2 shapes (not only g2-standard-8); an attachable GPU goes on
+    every N1 VM within its limits (one V100: at most 12 vCPUs, so not n1-standard-16)."""
+    (tmp_path / "gcp").mkdir()
+    (tmp_path / "gcp" / "vms.csv").write_text(G2_N1)
+    rows = read_source(tmp_path)["gcp"]
+    l4 = {r.instance_type: r.price for r in rows if r.gpu == "L4"}
+    assert l4 == {"g2-standard-4": pytest.approx(0.7), "g2-standard-8": pytest.approx(0.8)}
+    assert {r.instance_type for r in rows if r.gpu == "V100"} == {"n1-standard-8", "n1-highmem-8"}
+
+
 def test_vast_spot_price_zero_means_unknown(source: Path) -> None:
     rows = read_source(source)["vast"]
     a100 = [r for r in rows if r.gpu == "A100"]
