@@ -131,8 +131,7 @@ class Lifecycle:
             bundle = self._bundle(job, provider)
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
             self.reporter.info(f"syncing the job to {instance.id}")
-            if hasattr(provider, "transfer_progress") and hasattr(self.reporter, "transfer"):
-                provider.transfer_progress = self.reporter.transfer  # an upload bar for VM providers
+            provider.transfer_progress = getattr(self.reporter, "transfer", None)  # an upload bar, if it draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
             handle = provider.train(instance, bundle)

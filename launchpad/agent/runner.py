@@ -105,6 +105,7 @@ class Agent:
         spec_path = self.workdir / "job.trainer.json"
         tmp = spec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(trainer_spec, indent=2))
+        os.chmod(tmp, 0o600)  # private like job.json, whatever the agent's umask
         os.replace(tmp, spec_path)
 
         from ..recipe import Recipe, recipe_hash

@@ -42,6 +42,7 @@ def launch(workdir: Path) -> int:
         _print({"pid": pid, "already": True})
         return 0
     (workdir / FILES["exit"]).unlink(missing_ok=True)
+    os.umask(0o077)  # inherited by the agent and trainer: logs, status, pre-warmed data stay private
     env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
     with open(workdir / "agent.log", "ab") as log:
         # argv list, no shell; a new session so the agent outlives this SSH session and its hang-ups

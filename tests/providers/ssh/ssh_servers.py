@@ -43,6 +43,7 @@ class Sshd:
     dir: Path
     authorized_keys: Path
     port: int = field(default_factory=free_port)
+    sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
     proc: subprocess.Popen | None = None
 
     @property
@@ -73,7 +74,7 @@ class Sshd:
             f"AuthorizedKeysFile {self.authorized_keys}", "PubkeyAuthentication yes", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
             "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR",
-            "Subsystem sftp internal-sftp", "",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []), "",
         ]))
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         log = open(self.dir / "sshd.log", "ab")

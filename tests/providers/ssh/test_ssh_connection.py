@@ -1,5 +1,6 @@
 """launchpad.ssh against real sshd: argv-only commands, host-key pinning and TOFU, auth errors,
-bounded connect retries, ProxyJump through a ~/.ssh/config alias, SFTP, dropped connections."""
+bounded connect retries, ProxyJump through a ~/.ssh/config alias, dropped connections
+(file transfer: test_ssh_transport.py)."""
 
 from __future__ import annotations
 
@@ -149,20 +150,6 @@ def test_generated_keys_are_ed25519_and_private(tmp_path):
     assert fingerprint(pub.asbytes()).startswith("SHA256:")
     with pytest.raises(FileExistsError):
         generate_ed25519(key)
-
-
-def test_sftp_upload_with_progress(sshd_pair, client_key, known, tmp_path):
-    src = tmp_path / "blob.bin"
-    src.write_bytes(os.urandom(3 << 20))
-    seen: list[tuple[int, int]] = []
-    remote = str(tmp_path / "remote-copy.bin")
-    with SSHConnection.open(target(sshd_pair[0], client_key), known) as conn:
-        assert conn.put_file(src, remote, progress=lambda done, total: seen.append((done, total))) == 3 << 20
-        assert conn.remote_size(remote) == 3 << 20
-        assert conn.remote_size(remote + ".missing") is None
-    assert Path(remote).read_bytes() == src.read_bytes()
-    assert seen[-1] == (3 << 20, 3 << 20) and len(seen) > 1
-    assert not list(tmp_path.glob("remote-copy.bin.part-*"))
 
 
 def test_a_dropped_connection_is_reported(lone_sshd, client_key, known):
