@@ -151,3 +151,22 @@ def write_hosts(home: Path, entries: list[dict], **top) -> Path:
     path = home / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": entries, **top}, sort_keys=False))
     return path
+
+
+def assert_private(tree: Path) -> list[Path]:
+    """Every directory under `tree` (itself included) is 0700 and every file 0600: nothing in a job's
+    tree is readable by other users of the host. Returns the files checked."""
+    import stat as st
+
+    assert st.S_IMODE(tree.stat().st_mode) == 0o700, f"{tree} is {oct(tree.stat().st_mode)}"
+    files = []
+    for p in tree.rglob("*"):
+        if p.is_symlink():
+            continue
+        m = st.S_IMODE(p.stat().st_mode)
+        if p.is_dir():
+            assert m == 0o700, f"{p} is a {oct(m)} directory"
+        elif p.is_file():
+            assert m & 0o077 == 0, f"{p} is {oct(m)}: readable by others"
+            files.append(p)
+    return files
