@@ -20,7 +20,6 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from .errors import ProviderError
-
 from .models import (
     Bundle,
     Capability,

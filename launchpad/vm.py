@@ -48,7 +48,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GUARD = 'test -x "$1" || exit 99; exec "$@"'
 _HELPER_MISSING = 99
 # The job's own directories: private, whatever the login shell's umask.
-_MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 -- "$@"'
+_MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute paths: no option clash
 
 
 class VMProvider(Provider):

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import AuthError, LaunchpadError, ProviderError, TransientError
-from ..transport import (  # noqa: F401 - ConnectionLost, RemoteCommandFailed, Result: re-exported
+from ..transport import (
     ConnectionLost,
     ExecFiles,
     Progress,
@@ -327,6 +327,7 @@ class SSHConnection(ExecFiles):
         sftp = self._sftp_client()
         if sftp is None:
             return ExecFiles.stat(self, remote)
+
         def get():
             try:
                 return sftp.stat(remote)
@@ -349,7 +350,7 @@ class SSHConnection(ExecFiles):
 def _drain(f, into: list) -> None:
     try:
         into.append(_read_all(f))
-    except BaseException as e:  # noqa: BLE001 - handed to the thread that waits for it
+    except BaseException as e:
         into.append(e)
 
 

@@ -4,7 +4,6 @@ bounded connect retries, ProxyJump through a ~/.ssh/config alias, dropped connec
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 import threading
@@ -161,7 +160,7 @@ def test_a_dropped_connection_is_reported(lone_sshd, client_key, known):
         try:
             for chunk in conn.stream(["sh", "-c", "while :; do echo tick; sleep 0.1; done"]):
                 got.append(chunk)
-        except BaseException as e:  # noqa: BLE001 - the test inspects it
+        except BaseException as e:
             errors.append(e)
 
     reader = threading.Thread(target=follow, daemon=True)
