@@ -41,6 +41,7 @@ class Reporter(Protocol):
     def info(self, message: str) -> None: ...
     def warn(self, message: str) -> None: ...
     def progress(self, job_id: str, progress: JobProgress) -> None: ...
+    def transfer(self, what: str, done: int, total: int) -> None: ...
 
 
 class SilentReporter:
@@ -53,6 +54,9 @@ class SilentReporter:
     warn = info
 
     def progress(self, job_id: str, progress: JobProgress) -> None:
+        pass
+
+    def transfer(self, what: str, done: int, total: int) -> None:
         pass
 
 
@@ -124,8 +128,7 @@ class Lifecycle:
             bundle = self._bundle(job, provider, instance)
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
             self.reporter.info(f"syncing the job to {instance.id}")
-            if hasattr(provider, "transfer_progress") and hasattr(self.reporter, "transfer"):
-                provider.transfer_progress = self.reporter.transfer  # an upload bar for VM providers
+            provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
             handle = provider.train(instance, bundle)

@@ -15,9 +15,11 @@ class from a plugin module published under the entry-point group ``launchpad``::
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
+from .errors import ProviderError
 from .models import (
     Bundle,
     Capability,
@@ -40,6 +42,11 @@ class Provider(ABC):
     #: capabilities this provider LACKS, each with the reason the user is shown, e.g.
     #: ``{Capability.STOP: "Lambda cannot stop VMs, only terminate them"}``. The planner filters on it.
     unsupported: ClassVar[Mapping[Capability, str]] = {}
+    #: set by the caller before `sync` to watch uploads: called as ``(what, bytes done, bytes total)``
+    #: while a file (the wheel, a dataset) goes to the instance. None = nobody watches. Providers that
+    #: upload nothing never call it.
+    transfer_progress: Callable[[str, int, int], None] | None = None
+
     def __init__(self, config: Mapping[str, Any] | None = None):
         self.config = dict(config or {})
 
@@ -95,10 +102,40 @@ class Provider(ABC):
     def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
         """Yield the trainer log's lines; with `follow`, keep yielding until the trainer exits."""
 
-    @abstractmethod
     def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
         """Ask the trainer to save now and wait until that checkpoint's MANIFEST.json is in the
-        object store; return it. If no trainer runs, return the newest complete checkpoint (or None)."""
+        object store; return it. If no trainer runs, return the newest complete checkpoint (or None).
+        Raises `ProviderError` when no checkpoint arrives within `timeout` s.
+
+        The default does it with the three parts below: `request_save`, then `progress` until
+        ``last_checkpoint_step`` (set once a checkpoint's manifest is uploaded) reaches the step at
+        which it asked, or the trainer ended; then `latest_checkpoint`. A provider implements those
+        two hooks, or overrides this method when its trainer cannot be asked that way."""
+        p = self.progress(instance)
+        if p.running:
+            before = p.step
+            self.request_save(instance)
+            deadline = time.monotonic() + timeout
+            while (p.last_checkpoint_step if p.last_checkpoint_step is not None else -1) < before and p.running:
+                if time.monotonic() > deadline:
+                    raise ProviderError(f"{instance.id}: no checkpoint within {timeout:.0f} s", provider=self.name)
+                time.sleep(0.5)
+                p = self.progress(instance)
+        return self.latest_checkpoint(instance)
+
+    def request_save(self, instance: Instance) -> None:
+        """Ask the instance's running trainer to save a checkpoint at the end of its current step, and
+        return at once (the save and its upload happen in the background; `checkpoint` waits for them).
+        Does nothing if the job was never synced there. Trainers run by launchpad's agent are asked by
+        creating the ``SAVE_NOW`` file in the job's work directory (launchpad.agent FILES["save_now"]).
+        Default: raises NotImplementedError (then the provider overrides `checkpoint`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot ask a trainer to save")
+
+    def latest_checkpoint(self, instance: Instance) -> CheckpointRef | None:
+        """The newest complete checkpoint (one with a valid MANIFEST.json) of the instance's job in the
+        store its trainer writes to, or None when there is none or the job was never synced there.
+        Default: raises NotImplementedError (then the provider overrides `checkpoint`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot look up checkpoints")
 
     @abstractmethod
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:

@@ -126,6 +126,18 @@ class ProviderConformance:
     def test_logs_before_training_are_empty(self, provider, instance):
         assert list(provider.logs(instance, follow=False)) == []
 
+    def test_checkpoint_is_implemented(self, provider):
+        from launchpad.provider import Provider
+
+        cls = type(provider)
+        hooks = cls.request_save is not Provider.request_save and cls.latest_checkpoint is not Provider.latest_checkpoint
+        assert cls.checkpoint is not Provider.checkpoint or hooks, \
+            "implement request_save() and latest_checkpoint(), or override checkpoint()"
+        assert provider.transfer_progress is None or callable(provider.transfer_progress)
+
+    def test_checkpoint_before_training_is_none(self, provider, instance):
+        assert provider.checkpoint(instance, timeout=30) is None
+
     def test_default_checkpoint_uri_is_a_uri_or_none(self, provider):
         uri = provider.default_checkpoint_uri()
         assert uri is None or "://" in uri

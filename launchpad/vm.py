@@ -1,7 +1,8 @@
 """`VMProvider`: the base for "a Linux machine you SSH into" (the SSH provider and most GPU clouds).
 
-It implements `sync`, `train`, `progress`, `logs` and `checkpoint` over SSH (launchpad.ssh), so a
-cloud subclass adds only `offers`, `provision`, `teardown`, `status`, `instances` and `ssh_target`.
+It implements `sync`, `train`, `progress`, `logs` and `checkpoint` over one command transport
+(`launchpad.transport.CommandRunner`, from the `transport` hook: SSH by default), so a cloud subclass
+adds only `offers`, `provision`, `teardown`, `status`, `instances` and `ssh_target` (or `transport`).
 
 On the instance, everything lives under one root (default ``~/.launchpad`` of the login user)::
 
@@ -9,9 +10,12 @@ On the instance, everything lives under one root (default ``~/.launchpad`` of th
     <root>/venvs/<key>/           one venv per host interpreter, reused while the wheel is unchanged
     <root>/jobs/<instance id>/    the agent's work directory (job.json, recipe.yaml, inputs/, train.log, ...)
 
+The job tree is private (directories 0700, files 0600: datasets and recipes may be confidential, and
+the agent runs with umask 077); the shared wheels and venvs keep the login user's default modes.
+
 The agent is started detached (in a ``systemd-run --user --scope`` when the login user lingers, else
-in a new session), so it survives the SSH session, the client and its network. The recipe's env
-(possibly secrets) reaches it over the SSH channel's stdin only (see launchpad.ssh.remote `launch`).
+in a new session), so it survives the session, the client and its network. The recipe's env
+(possibly secrets) reaches it over the command's stdin only (see launchpad.ssh.remote `launch`).
 
 Checkpoints: the job spec's `checkpoint_uri` is opened ON THE INSTANCE. A ``file://`` URI is therefore a
 path on the remote machine (fine when it is this machine, as in tests); real remote machines want
@@ -27,15 +31,16 @@ import os
 import posixpath
 import re
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import ProviderError
+from .jobspec import JobSpec
 from .models import Bundle, CheckpointRef, Instance, JobProgress, TrainHandle
 from .provider import Provider
+from .transport import CommandRunner, ConnectionLost, RemoteCommandFailed
 
 log = logging.getLogger("launchpad.ssh")
 
@@ -43,30 +48,36 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Runs the launchpad helper with the venv's python, or exits 99 when that venv does not exist (yet).
 _GUARD = 'test -x "$1" || exit 99; exec "$@"'
 _HELPER_MISSING = 99
-
-TransferProgress = Callable[[str, int, int], None]  # (what, bytes done, bytes total)
+# The job's own directories: private, whatever the login shell's umask.
+_MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute paths: no option clash
 
 
 class VMProvider(Provider):
-    """Sync/train/progress/logs/checkpoint over SSH. Subclasses implement `ssh_target` plus the
-    lifecycle methods of `Provider` that create and destroy machines."""
+    """Sync/train/progress/logs/checkpoint over a `CommandRunner`. Subclasses implement `ssh_target`
+    (or `transport`) plus the lifecycle methods of `Provider` that create and destroy machines."""
 
     #: where launchpad keeps its files on the instance; relative = under the login user's home
     default_root: ClassVar[str] = "~/.launchpad"
 
     def __init__(self, config=None):
         super().__init__(config)
-        self._conns: dict[str, Any] = {}
+        self._conns: dict[str, CommandRunner] = {}
         self._roots: dict[str, str] = {}
-        #: called during uploads; the CLI can draw a progress bar with it
-        self.transfer_progress: TransferProgress | None = None
         #: what the last sync did (wheel sent or cached, venv reused or installed, files, bytes)
         self.last_sync: dict[str, Any] = {}
 
     # -- for subclasses ----------------------------------------------------------------------------------
-    @abstractmethod
+    def transport(self, instance: Instance) -> CommandRunner:
+        """A new, connected `CommandRunner` to `instance` (VMProvider caches it per instance and asks
+        again once it dropped). Default: SSH to `ssh_target(instance)` with pinned host keys; a subclass
+        that reaches its machines another way (kubectl exec) overrides this instead of `ssh_target`."""
+        from .ssh.connection import SSHConnection
+
+        return SSHConnection.open(self.ssh_target(instance), self.known_hosts())
+
     def ssh_target(self, instance: Instance):
         """The `launchpad.ssh.target.SSHTarget` to reach `instance` (address, user, key, pinned host key)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement ssh_target() or transport()")
 
     def remote_python(self, instance: Instance) -> str:
         """The interpreter on the instance the venv is created from."""
@@ -93,16 +104,14 @@ class VMProvider(Provider):
         return KnownHosts(self.config.get("known_hosts"))
 
     # -- connections -------------------------------------------------------------------------------------
-    def connection(self, instance: Instance):
-        """A live SSHConnection to `instance` (cached; reconnected when it dropped)."""
-        from .ssh.connection import SSHConnection
-
+    def connection(self, instance: Instance) -> CommandRunner:
+        """A live transport to `instance` (cached; reopened when it dropped)."""
         conn = self._conns.get(instance.id)
         if conn is not None and conn.alive:
             return conn
         if conn is not None:
             conn.close()
-        conn = SSHConnection.open(self.ssh_target(instance), self.known_hosts())
+        conn = self.transport(instance)
         self._conns[instance.id] = conn
         return conn
 
@@ -111,10 +120,8 @@ class VMProvider(Provider):
         if conn is not None:
             conn.close()
 
-    def _call(self, instance: Instance, fn: Callable[[Any], Any]) -> Any:
+    def _call(self, instance: Instance, fn: Callable[[CommandRunner], Any]) -> Any:
         """fn(connection), once more on a fresh connection if the first one dropped (fn must be idempotent)."""
-        from .ssh.connection import ConnectionLost
-
         try:
             return fn(self.connection(instance))
         except ConnectionLost as e:
@@ -161,8 +168,6 @@ class VMProvider(Provider):
 
     # -- sync --------------------------------------------------------------------------------------------
     def sync(self, instance: Instance, bundle: Bundle) -> None:
-        from .ssh.connection import ConnectionLost
-
         for node in self.nodes(instance):
             try:
                 self._sync(node, bundle)
@@ -177,11 +182,13 @@ class VMProvider(Provider):
         conn = self.connection(instance)
         root, workdir = self.root(instance), self.workdir(instance)
         stats: dict[str, Any] = {"files": 0, "bytes": 0}
-        conn.run(["mkdir", "-p", "--", f"{workdir}/inputs", f"{root}/wheels", f"{root}/venvs"])
+        conn.run(["sh", "-c", _MKDIR_PRIVATE, "sh", f"{root}/jobs", workdir, f"{workdir}/inputs"])
+        conn.run(["mkdir", "-p", "--", f"{root}/wheels", f"{root}/venvs"])
 
         wheel = build_wheel()
         remote_wheel = f"{root}/wheels/{wheel.name}"
-        if conn.remote_size(remote_wheel) == wheel.stat().st_size:  # the name carries the content hash
+        cached = conn.stat(remote_wheel)
+        if cached is not None and cached.size == wheel.stat().st_size:  # the name carries the content hash
             stats["wheel"] = "cached"
         else:
             stats["bytes"] += conn.put_file(wheel, remote_wheel, progress=self._progress(wheel.name), mode=0o644)
@@ -230,18 +237,13 @@ class VMProvider(Provider):
             pairs = [(p, f"{target}/{p.relative_to(local).as_posix()}") for p in sorted(local.rglob("*")) if p.is_file()]
         dirs = sorted({posixpath.dirname(r) for _, r in pairs} | {remote_dir, target if local.is_dir() else remote_dir})
         for i in range(0, len(dirs), 200):  # bounded command lines for folders with many subfolders
-            conn.run(["mkdir", "-p", "--", *dirs[i:i + 200]])
-        sftp = conn.sftp()
+            conn.run(["sh", "-c", _MKDIR_PRIVATE, "sh", *dirs[i:i + 200]])
         for path, remote in pairs:
-            st = path.stat()
-            try:
-                rst = sftp.stat(remote)
-                if rst.st_size == st.st_size and int(rst.st_mtime or 0) == int(st.st_mtime):
-                    continue
-            except OSError:
-                pass
-            stats["bytes"] += conn.put_file(path, remote, progress=self._progress(path.name), mode=0o644)
-            sftp.utime(remote, (int(st.st_atime), int(st.st_mtime)))
+            st, rst = path.stat(), conn.stat(remote)
+            if rst is not None and rst.size == st.st_size and rst.mtime == int(st.st_mtime):
+                continue
+            stats["bytes"] += conn.put_file(path, remote, progress=self._progress(path.name), mode=0o600)
+            conn.set_mtime(remote, st.st_mtime)
             stats["files"] += 1
         return target
 
@@ -289,8 +291,6 @@ class VMProvider(Provider):
     def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
         """The trainer log's lines. With `follow`, a dropped connection is re-established (bounded by
         the target's connect timeout) and the log continues from the last complete line."""
-        from .ssh.connection import ConnectionLost, RemoteCommandFailed
-
         offset, pending = 0, b""
         while True:
             argv = ["sh", "-c", _GUARD, "sh", self.venv_python(instance), "-m", "launchpad.ssh.remote", "tail",
@@ -317,51 +317,38 @@ class VMProvider(Provider):
                 yield pending.decode("utf-8", "replace")
             return
 
-    def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
-        p = self.progress(instance)
-        if p.running:
-            before = p.step
-            save_now = f"{self.workdir(instance)}/SAVE_NOW"
-            self._call(instance, lambda c: c.run(["touch", "--", save_now]))
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                p = self.progress(instance)
-                if (p.last_checkpoint_step or -1) >= before or not p.running:
-                    break
-                time.sleep(0.5)
-            else:
-                raise ProviderError(f"{instance.id}: no checkpoint within {timeout:.0f} s", provider=self.name)
-        return self.latest_checkpoint(instance)
+    def request_save(self, instance: Instance) -> None:
+        save_now = f"{self.workdir(instance)}/SAVE_NOW"  # the agent's flag (launchpad.agent FILES)
+        self._call(instance, lambda c: c.run(["sh", "-c", 'test ! -d "${1%/*}" || touch -- "$1"', "sh", save_now]))
 
     def latest_checkpoint(self, instance: Instance) -> CheckpointRef | None:
         """The newest complete checkpoint of the instance's job, looked up where it can be: from here for
         object stores (this client has the credentials the recipe's env resolved; an SSH session on the
         host does not), on the instance for file:// (a path there) or when this client cannot open it."""
         spec = self._remote_spec(instance)
-        uri = (spec or {}).get("checkpoint_uri") or ""
+        uri = spec.checkpoint_uri if spec else None
         if spec and uri and not uri.startswith("file://"):
             from .errors import LaunchpadError
             from .storage import open_store
             from .storage.checkpoints import latest_checkpoint
 
             try:
-                return latest_checkpoint(open_store(uri), spec["job_id"])
+                return latest_checkpoint(open_store(uri), spec.job_id)
             except (LaunchpadError, ImportError) as e:
                 log.info("cannot open %s from here (%s); asking the instance", uri, e)
         out = self._helper(instance, "latest", self.workdir(instance))
         return CheckpointRef(**out) if out else None
 
-    def _remote_spec(self, instance: Instance) -> dict | None:
+    def _remote_spec(self, instance: Instance) -> JobSpec | None:
+        """The job.json sync wrote on the instance, or None (not synced yet, or unreadable)."""
+        from .errors import BadInput
+
         path = f"{self.workdir(instance)}/job.json"
-
-        def read(conn):
-            try:
-                with conn.sftp().open(path, "rb") as f:
-                    return json.loads(f.read())
-            except (OSError, ValueError):
-                return None
-
-        return self._call(instance, read)
+        res = self._call(instance, lambda c: c.run(["cat", "--", path], check=False, timeout=60))
+        try:
+            return JobSpec.from_json(json.loads(res.stdout), source=path, on_instance=True) if res.rc == 0 else None
+        except (ValueError, BadInput):
+            return None
 
     # -- for teardown ------------------------------------------------------------------------------------
     def stop_agent(self, instance: Instance, grace: float = 10.0) -> None:

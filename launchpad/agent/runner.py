@@ -102,7 +102,7 @@ class Agent:
         # 2. train, with checkpoints handed to the uploader and the preemption watcher on
         trainer_spec = self.spec.replace(recipe=result.recipe, status_path=str(self.workdir / "trainer-status.json"))
         spec_path = self.workdir / "job.trainer.json"
-        trainer_spec.write(spec_path)
+        trainer_spec.write(spec_path)  # 0600, like job.json, whatever the agent's umask
 
         from ..recipe import recipe_hash
 

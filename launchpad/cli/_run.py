@@ -27,6 +27,9 @@ class _QuietReporter:
     def progress(self, job_id, progress) -> None:
         pass
 
+    def transfer(self, what: str, done: int, total: int) -> None:
+        pass
+
 
 class RichReporter:
     """Phase lines, then one progress bar for training (step/total, loss, tokens/s)."""

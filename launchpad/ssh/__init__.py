@@ -6,7 +6,8 @@ Modules (each imports paramiko only inside functions or at its own import, never
     target.py      SSHTarget: where and as whom to connect; ~/.ssh/config aliases and ProxyJump resolved
     keys.py        ed25519 key generation (files 0600), loading, OpenSSH-style fingerprints
     hostkeys.py    launchpad's own known_hosts: pinned keys, trust-on-first-use, changed key = hard error
-    connection.py  SSHConnection: bounded connect retries, keepalives, argv-only remote commands, SFTP
+    connection.py  SSHConnection, the SSH `launchpad.transport.CommandRunner`: bounded connect retries,
+                   keepalives, argv-only remote commands, files over SFTP (exec channels without it)
     remote.py      runs ON the host (stdlib + launchpad.agent): launch the agent, progress, tail, stop
     venv_setup.py  runs ON the host through `python -` before launchpad is installed there: the venv
 

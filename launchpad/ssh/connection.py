@@ -6,7 +6,8 @@
 - `run(argv)` / `stream(argv)`: remote commands ONLY from argv lists, joined with `shlex.join`, so the
   remote login shell (which must be POSIX: sh, bash, dash, zsh) sees each element as one word; secrets
   go over stdin, never argv;
-- SFTP uploads with a progress callback, written to a temporary name and renamed into place.
+- files (`launchpad.transport.CommandRunner`'s put/get/stat/set_mtime) over SFTP, or over exec channels
+  (`ExecFiles`) when the host has no SFTP subsystem; uploads go to a temporary name renamed into place.
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import AuthError, LaunchpadError, ProviderError, TransientError
+from ..transport import (
+    ConnectionLost,
+    ExecFiles,
+    Progress,
+    RemoteCommandFailed,
+    RemoteStat,
+    Result,
+    Stdin,
+    absolute,
+    command_line,
+)
 from .hostkeys import HostKeyChanged, KnownHosts, install_policy, translate_bad_host_key
 from .target import SSHTarget
 
@@ -30,51 +40,17 @@ log = logging.getLogger("launchpad.ssh")
 KEEPALIVE_S = 15
 ATTEMPT_TIMEOUT_S = 10.0
 
-Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
-
-class ConnectionLost(TransientError):
-    """The SSH connection dropped (or could not be re-established) while a command ran."""
-
-
-class RemoteCommandFailed(ProviderError):
-    """A remote command exited non-zero; `rc` is its exit status."""
-
-    def __init__(self, message: str, rc: int):
-        super().__init__(message)
-        self.rc = rc
-
-
-@dataclass(frozen=True)
-class Result:
-    rc: int
-    stdout: str
-    stderr: str
-
-
-def command_line(argv: Sequence[str]) -> str:
-    """The remote command for `argv`: every element quoted with `shlex.quote`. Only lists/tuples of
-    str are accepted -- a pre-built string would be interpreted by the remote shell."""
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise TypeError("remote commands are argv lists (e.g. ['ls', '-l', path]), never strings")
-    if not argv:
-        raise ValueError("empty remote command")
-    for a in argv:
-        if not isinstance(a, str):
-            raise TypeError(f"remote command arguments must be str, got {type(a).__name__}")
-        if "\x00" in a:
-            raise ValueError("remote command arguments cannot contain NUL characters")
-    return shlex.join(argv)
-
-
-class SSHConnection:
-    """Use `SSHConnection.open(target)`; `alive` says whether it can still be used; `close()` it."""
+class SSHConnection(ExecFiles):
+    """The SSH `CommandRunner`. Use `SSHConnection.open(target)`; `alive` says whether it can still be
+    used; `close()` it."""
 
     def __init__(self, target: SSHTarget, known_hosts: KnownHosts | None = None):
         self.target = target
         self.known_hosts = known_hosts or KnownHosts()
         self._clients: list = []  # jump hosts first, the target last
         self._sftp = None
+        self._no_sftp = False  # the host refused the SFTP subsystem: files go over exec channels
         self._lock = threading.Lock()
 
     @classmethod
@@ -159,6 +135,10 @@ class SSHConnection:
         self._failed_hop = None
 
     @property
+    def label(self) -> str:
+        return self.target.label
+
+    @property
     def alive(self) -> bool:
         if not self._clients:
             return False
@@ -194,24 +174,31 @@ class SSHConnection:
         except Exception as e:
             raise ConnectionLost(f"ssh: connection to {self.target.label} failed: {_reason(e)}") from None
 
-    def run(self, argv: Sequence[str], *, stdin: bytes | str | None = None, timeout: float | None = 300,
+    def run(self, argv: Sequence[str], *, stdin: Stdin = None, timeout: float | None = 300,
             check: bool = True) -> Result:
-        """Run `argv` on the host and wait for it. `stdin` (e.g. secrets as JSON) is sent over the
-        channel and never appears in a command line or an error message. Raises ConnectionLost when the
-        connection drops, TransientError on `timeout`, ProviderError for a non-zero exit with `check`."""
+        """Run `argv` on the host and wait for it (see `CommandRunner.run`). `timeout` bounds each wait
+        for the host (None: no bound, for long uploads)."""
         cmd = command_line(argv)
         chan = self._session()
+        out: list = []
+        err: list = []
         try:
             chan.settimeout(timeout)
             chan.exec_command(cmd)
-            if stdin is not None:
-                chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            # both outputs are read while stdin is still being sent: a chatty command cannot stall it
+            readers = [threading.Thread(target=_drain, args=(chan.makefile("rb"), out), daemon=True),
+                       threading.Thread(target=_drain, args=(chan.makefile_stderr("rb"), err), daemon=True)]
+            for r in readers:
+                r.start()
+            _send(chan, stdin)
             chan.shutdown_write()
-            err: list[bytes] = []
-            reader = threading.Thread(target=lambda: err.append(_read_all(chan.makefile_stderr("rb"))), daemon=True)
-            reader.start()
-            out = _read_all(chan.makefile("rb"))
-            reader.join(timeout)
+            readers[0].join()
+            readers[1].join(timeout)
+            for got in (out, err):
+                if not got:
+                    raise TimeoutError
+                if isinstance(got[0], BaseException):
+                    raise got[0]
             rc = chan.recv_exit_status()
         except TimeoutError:
             raise TransientError(f"ssh: `{argv[0]}` on {self.target.label} did not finish within {timeout:.0f} s") from None
@@ -219,9 +206,10 @@ class SSHConnection:
             raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
         finally:
             chan.close()
+        out, err = out[0], err[0]
         if rc == -1 and not self.alive:
             raise ConnectionLost(f"ssh: connection to {self.target.label} dropped while `{argv[0]}` ran")
-        result = Result(rc, out.decode("utf-8", "replace"), (err[0] if err else b"").decode("utf-8", "replace"))
+        result = Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         if check and rc != 0:
             tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
             raise RemoteCommandFailed(f"ssh: `{_short(argv)}` on {self.target.label} exited {rc}: {' | '.join(tail)}", rc)
@@ -260,58 +248,126 @@ class SSHConnection:
             tail = (err[0] if err else b"").decode("utf-8", "replace").strip().splitlines()[-3:]
             raise RemoteCommandFailed(f"ssh: `{_short(argv)}` on {self.target.label} exited {rc}: {' | '.join(tail)}", rc)
 
-    # -- files -----------------------------------------------------------------------------------------
-    def sftp(self):
-        if self._sftp is None or not self.alive:
-            if not self.alive:
-                raise ConnectionLost(f"ssh: connection to {self.target.label} is closed")
-            self._sftp = self._clients[-1].open_sftp()
+    # -- files: SFTP, or exec channels (ExecFiles) where the host has no SFTP subsystem -------------------
+    def _sftp_client(self):
+        """The SFTP session, or None on a host without the SFTP subsystem (then files go over exec)."""
+        if not self.alive:
+            raise ConnectionLost(f"ssh: connection to {self.target.label} is closed")
+        if self._sftp is None and not self._no_sftp:
+            try:
+                self._sftp = self._clients[-1].open_sftp()
+            except Exception as e:  # paramiko: "Channel closed." when sshd has no `Subsystem sftp`
+                if not self.alive:
+                    raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
+                log.info("ssh: %s has no SFTP subsystem (%s); transferring files over exec channels",
+                         self.target.label, _reason(e))
+                self._no_sftp = True
         return self._sftp
 
-    def remote_size(self, path: str) -> int | None:
-        """Size of a remote file, None if it does not exist."""
+    def _sftp_call(self, what: str, fn):
         try:
-            return self.sftp().stat(path).st_size
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            if getattr(e, "errno", None) == 2:
-                return None
-            raise
+            return fn()
+        except (EOFError, OSError) as e:
+            if not self.alive:
+                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped during {what}") from None
+            raise ProviderError(f"ssh: {what} on {self.target.label} failed: {_reason(e)}") from None
 
     def put_file(self, local: str | os.PathLike, remote: str, *, progress: Progress | None = None,
-                 mode: int | None = None) -> int:
-        """Upload `local` to `remote` (through a temporary name, renamed into place when complete, so a
-        reader never sees half a file). Returns the bytes sent."""
+                 mode: int = 0o600) -> int:
+        absolute(remote)
+        sftp = self._sftp_client()
+        if sftp is None:
+            return ExecFiles.put_file(self, local, remote, progress=progress, mode=mode)
         local = Path(local)
         size = local.stat().st_size
         tmp = f"{remote}.part-{os.getpid()}"
-        sftp = self.sftp()
-        try:
+
+        def put():
             with open(local, "rb") as f:
                 sftp.putfo(f, tmp, size, callback=progress, confirm=True)
-            if mode is not None:
-                sftp.chmod(tmp, mode)
+            sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, remote)
-        except (EOFError, OSError) as e:
-            if not self.alive:
-                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped during upload") from None
-            raise ProviderError(f"ssh: uploading {local.name} to {self.target.label}:{remote} failed: {_reason(e)}") from None
+
+        self._sftp_call(f"uploading {local.name} to {remote}", put)
         return size
 
     def put_bytes(self, data: bytes, remote: str, *, mode: int = 0o600) -> None:
-        """Write small `data` to `remote` atomically (temporary name + rename), file mode `mode`."""
+        absolute(remote)
+        sftp = self._sftp_client()
+        if sftp is None:
+            return ExecFiles.put_bytes(self, data, remote, mode=mode)
         tmp = f"{remote}.part-{os.getpid()}"
-        sftp = self.sftp()
-        try:
+
+        def put():
             with sftp.open(tmp, "wb") as f:
+                sftp.chmod(tmp, mode)  # before the data: never readable by others, even for a moment
                 f.write(data)
-            sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, remote)
-        except (EOFError, OSError) as e:
-            if not self.alive:
-                raise ConnectionLost(f"ssh: connection to {self.target.label} dropped during upload") from None
-            raise ProviderError(f"ssh: writing {posixpath.basename(remote)} on {self.target.label} failed: {_reason(e)}") from None
+
+        self._sftp_call(f"writing {posixpath.basename(remote)}", put)
+
+    def get_file(self, remote: str, local: str | os.PathLike, *, progress: Progress | None = None) -> int:
+        absolute(remote)
+        sftp = self._sftp_client()
+        if sftp is None:
+            return ExecFiles.get_file(self, remote, local, progress=progress)
+        local = Path(local)
+        tmp = local.with_name(f"{local.name}.part-{os.getpid()}")
+        try:
+            if self.stat(remote) is None:
+                raise ProviderError(f"{self.label}: {remote} does not exist")
+            self._sftp_call(f"downloading {remote}", lambda: sftp.get(remote, str(tmp), callback=progress))
+            os.replace(tmp, local)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return local.stat().st_size
+
+    def stat(self, remote: str) -> RemoteStat | None:
+        absolute(remote)
+        sftp = self._sftp_client()
+        if sftp is None:
+            return ExecFiles.stat(self, remote)
+
+        def get():
+            try:
+                return sftp.stat(remote)
+            except FileNotFoundError:
+                return None
+
+        st = self._sftp_call(f"stat {remote}", get)
+        if st is None:
+            return None
+        return RemoteStat(int(st.st_size or 0), int(st.st_mtime or 0))
+
+    def set_mtime(self, remote: str, mtime: float) -> None:
+        absolute(remote)
+        sftp = self._sftp_client()
+        if sftp is None:
+            return ExecFiles.set_mtime(self, remote, mtime)
+        self._sftp_call(f"setting the mtime of {remote}", lambda: sftp.utime(remote, (int(mtime), int(mtime))))
+
+
+def _drain(f, into: list) -> None:
+    try:
+        into.append(_read_all(f))
+    except BaseException as e:
+        into.append(e)
+
+
+def _send(chan, stdin: Stdin) -> None:
+    if stdin is None:
+        return
+    if isinstance(stdin, (str, bytes)):
+        chunks: Iterator[bytes] = iter([stdin.encode() if isinstance(stdin, str) else stdin])
+    else:
+        chunks = iter(lambda: stdin.read(1 << 18), b"")
+    for chunk in chunks:
+        try:
+            chan.sendall(chunk)
+        except OSError:
+            if chan.exit_status_ready():
+                return  # the command ended without reading all of it: its exit status says why
+            raise
 
 
 def _read_all(f) -> bytes:

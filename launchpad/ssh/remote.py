@@ -42,6 +42,7 @@ def launch(workdir: Path) -> int:
         _print({"pid": pid, "already": True})
         return 0
     (workdir / FILES["exit"]).unlink(missing_ok=True)
+    os.umask(0o077)  # inherited by the agent and trainer: logs, status, pre-warmed data stay private
     env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
     with open(workdir / "agent.log", "ab") as log:
         # argv list, no shell; a new session so the agent outlives this SSH session and its hang-ups
@@ -104,12 +105,15 @@ def latest(workdir: Path) -> int:
     from launchpad.storage import open_store
     from launchpad.storage.checkpoints import latest_checkpoint
 
+    from launchpad.errors import BadInput
+    from launchpad.jobspec import JobSpec
+
     try:
-        spec = json.loads((workdir / FILES["spec"]).read_text())
-    except (OSError, ValueError):
+        spec = JobSpec.load(workdir / FILES["spec"])
+    except BadInput:
         _print(None)  # nothing synced: no store known, no checkpoint
         return 0
-    ref = latest_checkpoint(open_store(spec["checkpoint_uri"]), spec["job_id"])
+    ref = latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
     _print(None if ref is None else {"uri": ref.uri, "step": ref.step, "files": ref.files, "bytes": ref.bytes})
     return 0
 

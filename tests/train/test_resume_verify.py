@@ -10,7 +10,7 @@ from launchpad.recipe import load_recipe
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import upload_checkpoint
 from launchpad.train.distributed import Ranks
-from launchpad.train.spec import JobSpec
+from launchpad.train.spec import TrainJob
 from launchpad.train.status import StatusWriter
 from launchpad.train.trainer import _resume_checkpoint
 
@@ -24,7 +24,7 @@ def test_item4_trainer_resumes_from_the_newest_checkpoint_that_verifies(tmp_path
         "job_id": "job-t", "recipe": recipe.model_dump(mode="json"), "checkpoint_uri": (tmp_path / "store").as_uri(),
         "workdir": str(tmp_path / "work"), "status_path": str(tmp_path / "work" / "status.json"),
     }))
-    spec = JobSpec.load(tmp_path / "job.json")
+    spec = TrainJob.load(tmp_path / "job.json")
     store = open_store(spec.checkpoint_uri)
     for step in (10, 20):
         local = tmp_path / "local" / f"checkpoint-{step}"

@@ -165,25 +165,20 @@ class LocalProvider(Provider):
                     return
                 time.sleep(0.2)
 
-    def checkpoint(self, instance: Instance, *, timeout: float = 600) -> CheckpointRef | None:
+    def request_save(self, instance: Instance) -> None:
+        workdir = self._dir(instance)
+        if workdir.is_dir():
+            (workdir / FILES["save_now"]).touch()
+
+    def latest_checkpoint(self, instance: Instance) -> CheckpointRef | None:
         from launchpad.storage import open_store
         from launchpad.storage.checkpoints import latest_checkpoint
 
-        workdir = self._dir(instance)
-        spec = JobSpec.load(workdir / FILES["spec"])
-        store = open_store(spec.checkpoint_uri)
-        if self.progress(instance).running:
-            before = self.progress(instance).step
-            (workdir / FILES["save_now"]).touch()
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                p = self.progress(instance)
-                if (p.last_checkpoint_step or -1) >= before or not p.running:
-                    break
-                time.sleep(0.25)
-            else:
-                raise ProviderError(f"no checkpoint within {timeout:.0f} s", provider=self.name)
-        return latest_checkpoint(store, spec.job_id)
+        path = self._dir(instance) / FILES["spec"]
+        if not path.exists():
+            return None  # never synced: no store known, no checkpoint
+        spec = JobSpec.load(path)
+        return latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
         workdir = self._dir(instance)

@@ -3,7 +3,8 @@
 `sshd_pair` starts two `sshd -D` (two "hosts") for the whole session: key auth only, their own host
 keys and config, high ports. Each host gets its own launchpad root directory, so the two behave like
 separate machines (separate claims, venvs and job directories) although both are this machine.
-`ssh_home` writes hosts.yaml for them into the test's LAUNCHPAD_HOME.
+`sshd_nosftp` is a third host whose sshd has no SFTP subsystem (files then go over exec channels).
+`ssh_home` writes hosts.yaml for the pair into the test's LAUNCHPAD_HOME.
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ def sshd_pair(tmp_path_factory, client_key):
     finally:
         for s in servers:
             s.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd_nosftp(tmp_path_factory, client_key):
+    ensure_openssh()
+    base = tmp_path_factory.mktemp("sshd-nosftp")
+    authorized = base / "authorized_keys"
+    authorized.write_text(Path(f"{client_key}.pub").read_text())
+    server = Sshd("host-nosftp", base / "host-nosftp", authorized, sftp=False)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ class Sshd:
     dir: Path
     authorized_keys: Path
     port: int = field(default_factory=free_port)
+    sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
     proc: subprocess.Popen | None = None
 
     @property
@@ -73,7 +74,7 @@ class Sshd:
             f"AuthorizedKeysFile {self.authorized_keys}", "PubkeyAuthentication yes", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
             "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR",
-            "Subsystem sftp internal-sftp", "",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []), "",
         ]))
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         log = open(self.dir / "sshd.log", "ab")
@@ -150,3 +151,22 @@ def write_hosts(home: Path, entries: list[dict], **top) -> Path:
     path = home / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": entries, **top}, sort_keys=False))
     return path
+
+
+def assert_private(tree: Path) -> list[Path]:
+    """Every directory under `tree` (itself included) is 0700 and every file 0600: nothing in a job's
+    tree is readable by other users of the host. Returns the files checked."""
+    import stat as st
+
+    assert st.S_IMODE(tree.stat().st_mode) == 0o700, f"{tree} is {oct(tree.stat().st_mode)}"
+    files = []
+    for p in tree.rglob("*"):
+        if p.is_symlink():
+            continue
+        m = st.S_IMODE(p.stat().st_mode)
+        if p.is_dir():
+            assert m == 0o700, f"{p} is a {oct(m)} directory"
+        elif p.is_file():
+            assert m & 0o077 == 0, f"{p} is {oct(m)}: readable by others"
+            files.append(p)
+    return files

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ssh_servers import free_port, host_entry, write_hosts
+from ssh_servers import assert_private, free_port, host_entry, write_hosts
 
 from launchpad.errors import NoCapacity
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec, InstanceState, TeardownMode
@@ -107,6 +107,8 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
         assert (workdir / "recipe.yaml").read_text() == bundle.recipe_text
         wheels = list((sshd_pair[0].root / "wheels").glob("launchpad-*+g*.whl"))
         assert wheels and (sshd_pair[0].root / "venvs").is_dir()
+        sent = assert_private(workdir)
+        assert {p.name for p in sent} >= {"job.json", "recipe.yaml", dataset.name}
     finally:
         ssh_provider.teardown(inst)
     assert not workdir.exists() and not (sshd_pair[0].root / "claim").exists()
