@@ -12,11 +12,14 @@
     │   ├── NoCapacity                  try the next offer; `scope` says how much to skip
     │   │   └── QuotaExceeded
     │   ├── TransientError              worth retrying (tenacity) before giving up
-    │   └── NotYetTerminated            teardown accepted but not finished: poll again
+    │   ├── NotYetTerminated            teardown accepted but not finished: poll again
+    │   └── TeardownIncomplete          some instances may still run (named); `down` again
     ├── StorageError                    object store I/O
     │   ├── StorageUnavailable          unreachable / throttled / dropped mid-transfer: worth retrying
     │   └── IncompleteCheckpoint        missing/invalid manifest or checksum mismatch
     ├── StateError                      the local state database
+    ├── JobBusy                         another launchpad process drives this job right now
+    ├── JobStopped                      `launchpad down` tore the job down while this command drove it
     └── JobFailed                       the trainer exited non-zero; `.log_tail` has its last lines
 """
 
@@ -119,3 +122,19 @@ class JobFailed(LaunchpadError):
         super().__init__(message)
         self.trainer_exit_code = exit_code_of_trainer
         self.log_tail = log_tail or []
+
+
+class TeardownIncomplete(ProviderError):
+    """Some instances could not be torn down (or confirmed gone); they may still bill."""
+
+    def __init__(self, message: str, *, gone: list[str], left: list[str]):
+        super().__init__(message)
+        self.gone, self.left = gone, left
+
+
+class JobBusy(LaunchpadError):
+    pass
+
+
+class JobStopped(LaunchpadError):
+    pass

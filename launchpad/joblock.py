@@ -22,11 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .errors import LaunchpadError
-
-
-class JobBusy(LaunchpadError):
-    exit_code = 1
+from .errors import JobBusy
 
 
 class JobLocks:

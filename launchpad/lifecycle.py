@@ -5,34 +5,40 @@ continue from any state: a live instance is reused, a provision attempt that nev
 retried with the same token (the provider returns the same instance), sync and train are safe to repeat.
 Nothing is started that the state does not know of: an instance is recorded the moment provision returns,
 and every instance is tagged with its job so `down --all` finds it even without the state file.
+
+One job has at most one live attempt (the attempt lock, launchpad.joblock), and every step that starts
+something re-checks, under the job's step lock, that `launchpad down` did not tear the job down since
+the attempt began: teardown always wins (see launchpad.teardown).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .errors import (
     AuthError,
     BadInput,
     JobFailed,
+    JobStopped,
     LaunchpadError,
     NoCapacity,
     NoFeasibleOffer,
-    NotYetTerminated,
     ProviderError,
 )
+from .joblock import JobLocks
 from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
 from .plugins import emit_job_event
 from .provider import Provider
 from .state import JobOptions, JobRecord, StateDB
+from .teardown import TeardownSteps
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
 MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` before giving the job back to the user
+_GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)
 
 
 class Reporter(Protocol):
@@ -64,15 +70,20 @@ def new_job_id(name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
 
 
-class Lifecycle:
+class Lifecycle(TeardownSteps):
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
-                 reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None):
+                 reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None,
+                 locks: JobLocks | None = None):
+        from .settings import data_dir
+
         self.db = db
         self.providers = dict(providers)
         self.unavailable = dict(unavailable or {})
-        self.reporter = reporter or SilentReporter()
+        self.reporter: Reporter = reporter or SilentReporter()
+        self.locks = locks or JobLocks(data_dir() / "locks")
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
+        self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -90,10 +101,28 @@ class Lifecycle:
             self.providers[name] = self._provider_factory(name)
         return self.providers[name]
 
+    def _torn_down(self, job_id: str) -> bool:
+        """Did `launchpad down` run since this process began its attempt at the job?"""
+        return self.db.last_event_seq(job_id, "down:requested") > self._attempt_start.get(job_id, 1 << 62)
+
+    def _stop_if_torn_down(self, job_id: str, instance: Instance | None) -> None:
+        """Call under the step lock before starting anything: if the job was torn down meanwhile, tear
+        down what this attempt made since (a sync recreates a work directory) and stop."""
+        if not self._torn_down(job_id):
+            return
+        if instance is not None:
+            self._teardown_all([instance])
+        raise JobStopped(f"{job_id} was torn down by `launchpad down` while starting; nothing of it is left running",
+                         hint=f"`launchpad resume {job_id}` starts it again")
+
     # -- submit / run ----------------------------------------------------------------------------------
     def submit(self, recipe, recipe_text: str, *, provider: str | None = None, max_steps: int | None = None,
                minimize: str = "cost") -> str:
-        """Plan (before creating anything), then record a PENDING job. Returns its id."""
+        """Check the environment the recipe names and plan (before creating anything), then record a
+        PENDING job. Returns its id."""
+        from .recipe import resolve_env
+
+        resolve_env(recipe, _environ())  # a missing ${env:NAME} is bad input before any provider is called
         planned = self.plan(recipe, provider=provider, minimize=minimize)
         job_id = new_job_id(recipe.name)
         # a custom DeepSpeed JSON lives on the client: the spec carries its content, not its path
@@ -119,20 +148,37 @@ class Lifecycle:
 
     def run(self, job_id: str, *, detach: bool = False) -> JobRecord:
         """Drive the job from whatever state it is in to the end (or to TRAINING with `detach`)."""
-        job = self.db.job(job_id)
-        job_id = job.id
-        instance = None
+        job_id = self.db.job(job_id).id
+        with self.locks.attempt(job_id):  # one live attempt per job, in any process
+            outer = job_id not in self._attempt_start  # not an automatic resume inside this attempt
+            if outer:
+                self.db.add_event(job_id, "attempt")
+                self._attempt_start[job_id] = self.db.last_event_seq(job_id, "attempt")
+            try:
+                return self._run(self.db.job(job_id), detach)
+            finally:
+                if outer:
+                    self._attempt_start.pop(job_id, None)
+
+    def _run(self, job: JobRecord, detach: bool) -> JobRecord:
+        job_id, instance = job.id, None
         try:
             instance = self._ensure_instance(job)
             provider = self.provider(instance.provider)
             bundle = self._bundle(job, provider, instance)
+            self._stop_if_torn_down(job_id, instance)  # cheap: no sync to a machine `down` just released
             self._transition(job_id, JobState.SYNCING, instance=instance.id)
             self.reporter.info(f"syncing the job to {instance.id}")
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
-            handle = provider.train(instance, bundle)
-            self._transition(job_id, JobState.TRAINING, instance=instance.id, pid=handle.pid)
+            with self.locks.step(job_id):
+                self._stop_if_torn_down(job_id, instance)
+                state = provider.status(instance)  # e.g. an SSH host whose claim was released meanwhile
+                if state not in (InstanceState.RUNNING, InstanceState.PENDING):
+                    raise ProviderError(f"{instance.id} is {state.value}, not running: not starting a trainer there")
+                handle = provider.train(instance, bundle)
+                self._transition(job_id, JobState.TRAINING, instance=instance.id, pid=handle.pid)
             self.reporter.info(f"training on {instance.id} (checkpoints to {bundle.job_spec.checkpoint_uri})")
             if detach:
                 return self.db.job(job_id)
@@ -140,12 +186,18 @@ class Lifecycle:
         except KeyboardInterrupt:
             self._interrupt(job_id, "interrupted by the user (Ctrl-C)")
             raise
-        except LaunchpadError as e:
-            if not self.db.job(job_id).state.finished:
-                self._transition(job_id, JobState.FAILED, error=str(e))
-                if instance is not None:
-                    self._teardown_instance(instance)
+        except JobStopped:
             raise
+        except LaunchpadError as e:
+            # Whatever happened to the state DB (a full disk), the instance goes: nothing is left billing.
+            if instance is not None:
+                self._teardown_all([instance])
+            self._best_effort(self._fail_unless_finished, job_id, str(e))
+            raise
+
+    def _fail_unless_finished(self, job_id: str, error: str) -> None:
+        if not self.db.job(job_id).state.finished:
+            self._transition(job_id, JobState.FAILED, error=error)
 
     def _bundle(self, job: JobRecord, provider: Provider, instance: Instance) -> Bundle:
         """The spec for the instance. The checkpoint store is resolved once (the recipe's, else the
@@ -160,7 +212,7 @@ class Lifecycle:
                                "default store; set one (s3://bucket/path)")
             spec = spec.replace(checkpoint_uri=uri)
             self.db.update_spec(spec)
-        env = resolve_env(spec.recipe_model(), _environ())
+        env = resolve_env(spec.recipe_model(), _environ(), source=job.recipe_path or job.name)
         return Bundle(job_spec=spec, recipe_text=job.recipe_text, env=env)
 
     def _ensure_instance(self, job: JobRecord) -> Instance:
@@ -171,6 +223,9 @@ class Lifecycle:
             state = self.provider(inst.provider).status(inst)
             if state in (InstanceState.RUNNING, InstanceState.PENDING):
                 return inst
+            if state is InstanceState.UNKNOWN:
+                raise ProviderError(f"{inst.id} of {job_id} cannot be reached any more and may still be running",
+                                    hint=f"fix the provider's config, or `launchpad down {job_id}`, then resume")
             self.db.set_instance_state(inst, state)
         recipe = job.spec.recipe_model()
         planned = self.plan(recipe, provider=job.options.only_provider, minimize=job.options.minimize)
@@ -187,14 +242,14 @@ class Lifecycle:
             pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
         blocked: list[Callable[[Offer], bool]] = []
         failures = []
-        for n, ranked in enumerate(planned.ranked):
+        for ranked in planned.ranked:
             offer = ranked.offer
             if any(b(offer) for b in blocked):
                 continue
             if pending_token and pending_token.get("offer") == offer.label:
                 token = pending_token["token"]
-            else:
-                token = f"{job_id}-{len(attempts) + n}"
+            else:  # random, not counted: two processes never compute the same token for different attempts
+                token = f"{job_id}-{secrets.token_hex(4)}"
             self._event(job_id, "provision:attempt", offer=offer.label, token=token, price=offer.price)
             provider = self.provider(offer.provider)
             spec = InstanceSpec(
@@ -211,9 +266,11 @@ class Lifecycle:
                 failures.append(f"{offer.label}: {e}")
                 blocked.append(_blocker(offer, scope))
                 continue
-            self.db.record_instance(instance)
-            self.db.update_job(job_id, provider=offer.provider)
-            self._event(job_id, "provision:ok", offer=offer.label, instance=instance.id)
+            with self.locks.step(job_id):
+                self.db.record_instance(instance)
+                self.db.update_job(job_id, provider=offer.provider)
+                self._event(job_id, "provision:ok", offer=offer.label, instance=instance.id)
+                self._stop_if_torn_down(job_id, instance)
             self.reporter.info(f"provisioned {instance.id} on {offer.label} at ${offer.price:.2f}/h")
             return instance
         raise NoFeasibleOffer("every offer failed: " + "; ".join(failures[-3:]) if failures else "no offer left to try")
@@ -225,16 +282,24 @@ class Lifecycle:
         instance = self._live_instance(job_id)
         if instance is None:
             return self.db.job(job_id)
+        # following a job another command started: a `down` from now on is ours to honour
+        self._attempt_start.setdefault(job_id, self.db.last_event_seq(job_id))
         provider = self.provider(instance.provider)
         polls = 0
         try:
             while True:
                 polls += 1
+                if self._torn_down(job_id):
+                    raise JobStopped(f"{job_id} was torn down by `launchpad down`",
+                                     hint=f"`launchpad resume {job_id}` continues from the newest complete checkpoint")
                 if polls % STATUS_EVERY_POLLS == 0:
                     state = provider.status(instance)
-                    if state in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
-                        self.db.set_instance_state(instance, state)
-                        self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
+                    if state in _GONE:
+                        with self.locks.step(job_id):
+                            if self._torn_down(job_id):
+                                continue  # not a preemption: `down` did it (raised at the loop's top)
+                            self.db.set_instance_state(instance, state)
+                            self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 progress = provider.progress(instance)
                 self._record_progress(job_id, progress)
@@ -243,8 +308,8 @@ class Lifecycle:
                     try:
                         return self._finish(job_id, instance, progress)
                     except JobFailed as e:
-                        if progress.phase == "interrupted":  # a preemption notice: the agent saved first
-                            return self._auto_resume(job_id, progress.error or "preempted", e)
+                        if progress.phase == "interrupted" and not self._torn_down(job_id):
+                            return self._auto_resume(job_id, progress.error or "preempted", e)  # the agent saved first
                         raise
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
@@ -271,8 +336,11 @@ class Lifecycle:
         if instance is None:
             return job
         provider = self.provider(instance.provider)
-        if provider.status(instance) in (InstanceState.TERMINATED, InstanceState.PREEMPTED):
-            self.db.set_instance_state(instance, provider.status(instance))
+        state = provider.status(instance)
+        if state is InstanceState.UNKNOWN:
+            return job  # cannot tell: never call it gone (it may still bill); status shows "unknown"
+        if state in _GONE:
+            self.db.set_instance_state(instance, state)
             self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} is gone (preempted?)")
             return self.db.job(job_id)
         progress = provider.progress(instance)
@@ -293,9 +361,13 @@ class Lifecycle:
         self.db.update_job(job_id, **fields)
 
     def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> JobRecord:
-        job = self.db.job(job_id)
-        if job.state.finished:
-            return job
+        with self.locks.step(job_id):
+            job = self.db.job(job_id)
+            if job.state.finished:
+                return job
+            return self._finish_locked(job_id, instance, p)
+
+    def _finish_locked(self, job_id: str, instance: Instance, p: JobProgress) -> JobRecord:
         provider = self.provider(instance.provider)
         if p.exit_code == 0 and p.phase == "done":
             ref = provider.checkpoint(instance)  # blocks until the newest checkpoint's manifest is in the store
@@ -314,7 +386,7 @@ class Lifecycle:
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
             raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
         if p.exit_code is not None and p.exit_code < 0:
-            reason = f"trainer was killed by signal {-p.exit_code} at step {p.step}"
+            reason = p.error or f"trainer was killed by signal {-p.exit_code} at step {p.step}"
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
             raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
         reason = p.error or f"trainer exited with code {p.exit_code} at step {p.step}"
@@ -322,12 +394,11 @@ class Lifecycle:
         raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
 
     def _interrupt(self, job_id: str, reason: str) -> None:
-        for inst in self.db.instances(job_id, live_only=True):
-            self._teardown_instance(inst)
+        self._teardown_all(self.db.instances(job_id, live_only=True))
         if not self.db.job(job_id).state.finished:
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
 
-    # -- resume / down / logs -------------------------------------------------------------------------
+    # -- resume ----------------------------------------------------------------------------------------
     def resume(self, job_id: str, *, detach: bool = False) -> JobRecord:
         from .storage import open_store
         from .storage.checkpoints import latest_checkpoint
@@ -344,6 +415,13 @@ class Lifecycle:
                 return job if detach else self.follow(job_id)
         uri = job.spec.checkpoint_uri  # resolved and stored by the first sync
         ref = latest_checkpoint(open_store(uri), job_id) if uri else None
+        final = job.spec.max_steps or job.total_steps
+        if ref is not None and final and ref.step >= final:
+            # Finished work stays finished: never train past the last step (and prune a real checkpoint).
+            self.reporter.info(f"{job_id} already reached its last step ({ref.name}); nothing to resume")
+            self._transition(job_id, JobState.SUCCEEDED, checkpoint=ref.uri)
+            self.db.update_job(job_id, step=ref.step, last_checkpoint=ref.uri)
+            return self.db.job(job_id)
         if ref is not None:
             self.reporter.info(f"resuming {job_id} from {ref.name}")
         else:
@@ -351,44 +429,7 @@ class Lifecycle:
         self._event(job_id, "resume", checkpoint=ref.uri if ref else None)
         return self.run(job_id, detach=detach)
 
-    def down(self, job_id: str) -> list[str]:
-        """Tear down every instance of a job (known to the state DB or found by tag). Idempotent."""
-        job = self.db.job(job_id)
-        job_id = job.id
-        gone = []
-        known = {(i.provider, i.id): i for i in self.db.instances(job_id, live_only=True)}
-        for name, provider in self.providers.items():
-            for inst in _safe_instances(provider):
-                if inst.job_id == job_id:
-                    known.setdefault((name, inst.id), inst)
-        for inst in known.values():
-            self._teardown_instance(inst)
-            gone.append(inst.id)
-        if not job.state.finished:
-            self._transition(job_id, JobState.INTERRUPTED, error="torn down by `launchpad down`")
-        return gone
-
-    def down_all(self) -> list[str]:
-        """Every live instance launchpad knows of or can find by tag, on every usable provider."""
-        gone = []
-        for job in self.db.jobs():
-            gone += self.down(job.id) if (self.db.instances(job.id, live_only=True) or not job.state.finished) else []
-        for provider in self.providers.values():
-            for inst in _safe_instances(provider):
-                self._teardown_instance(inst)
-                gone.append(inst.id)
-        return gone
-
-    def logs(self, job_id: str, *, follow: bool = False) -> Iterator[str]:
-        job_id = self.db.job(job_id).id
-        instance = self._live_instance(job_id)
-        if instance is not None:
-            yield from self.provider(instance.provider).logs(instance, follow=follow)
-            return
-        for path in sorted(_saved_logs_dir(job_id).glob("*.log")):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                yield from (line.rstrip("\n") for line in f)
-
+    # -- status ----------------------------------------------------------------------------------------
     def status_rows(self, job_ref: str | None = None, *,
                     on_error: Callable[[str, LaunchpadError], None] | None = None) -> list[dict[str, Any]]:
         """What `launchpad status` shows: each job (or one), reconciled with its provider first, with
@@ -422,42 +463,6 @@ class Lifecycle:
         live = self.db.instances(job_id, live_only=True)
         return live[-1] if live else None
 
-    def _log_tail(self, instance: Instance, n: int = 20) -> list[str]:
-        path = _saved_logs_dir(instance.job_id) / f"{instance.id}.log"
-        self._save_logs(instance)
-        try:
-            return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
-        except OSError:
-            return []
-
-    def _save_logs(self, instance: Instance) -> None:
-        path = _saved_logs_dir(instance.job_id) / f"{instance.id}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            lines = list(self.provider(instance.provider).logs(instance, follow=False))
-        except LaunchpadError:
-            return
-        if lines:
-            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-    def _teardown_instance(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
-        provider = self.provider(instance.provider)
-        self._save_logs(instance)
-        self._event(instance.job_id, "teardown:start", instance=instance.id, mode=mode.value)
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                provider.teardown(instance, mode)
-                break
-            except NotYetTerminated:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(2)
-        state = InstanceState.TERMINATED if mode is TeardownMode.TERMINATE else InstanceState.STOPPED
-        self.db.record_instance(instance)  # known even if it was found by tag only
-        self.db.set_instance_state(instance, state)
-        self._event(instance.job_id, "teardown:done", instance=instance.id)
-
 
 def _deepspeed_config(recipe) -> dict | None:
     if not recipe.deepspeed:
@@ -473,19 +478,6 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def _safe_instances(provider: Provider) -> list[Instance]:
-    try:
-        return provider.instances()
-    except ProviderError:
-        return []
-
-
-def _saved_logs_dir(job_id: str) -> Path:
-    from .settings import data_dir
-
-    return data_dir() / "logs" / job_id
 
 
 def _environ() -> dict[str, str]:

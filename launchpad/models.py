@@ -34,6 +34,7 @@ class InstanceState(str, enum.Enum):
     STOPPED = "stopped"
     PREEMPTED = "preempted"
     TERMINATED = "terminated"  # gone: nothing left to bill
+    UNKNOWN = "unknown"  # cannot be reached or named any more (e.g. its host left hosts.yaml): may still bill
 
 
 class TeardownMode(str, enum.Enum):

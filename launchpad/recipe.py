@@ -447,10 +447,11 @@ def _check_deepspeed_config(recipe: Recipe, shown: str) -> None:
         raise RecipeError([f"{shown}: deepspeed: {p} (in {recipe.deepspeed})" for p in problems])
 
 
-def resolve_env(recipe: Recipe, environ: Mapping[str, str]) -> dict[str, str]:
+def resolve_env(recipe: Recipe, environ: Mapping[str, str], *, source: str | None = None) -> dict[str, str]:
     """The recipe's `env` with every ``${env:NAME}`` replaced from `environ`. A missing variable is a
-    RecipeError naming the env key and the variable; values never appear in messages."""
-    shown = recipe._source_shown or recipe.source_path or "recipe"
+    RecipeError naming the recipe file (or `source`), the env key and the variable; values never
+    appear in messages."""
+    shown = recipe._source_shown or recipe.source_path or source or "recipe"
     problems, resolved = [], {}
     for key, value in recipe.env.items():
         missing = [n for n in _ENV_REF.findall(value) if n not in environ]

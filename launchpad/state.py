@@ -113,6 +113,12 @@ class StateDB:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.RLock()
+        #: what the user should hear about this state file (a truncated file, damaged rows): the CLI prints it
+        self.warnings: list[str] = []
+        if _truncated(self.path):
+            self.warnings.append(
+                f"the state database {self.path} was empty (0 bytes, truncated?): the jobs it recorded are unknown "
+                "now; `launchpad down --all` still finds and stops their instances by tag")
         try:
             from .settings import create_private_file
 
@@ -205,7 +211,15 @@ class StateDB:
         return _job_record(row)
 
     def jobs(self) -> list[JobRecord]:
-        return [_job_record(r) for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall()]
+        """Every readable job; a damaged row is skipped with a warning (in `warnings`), never a crash."""
+        out = []
+        for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall():
+            try:
+                out.append(_job_record(r))
+            except StateError as e:
+                if str(e) not in self.warnings:
+                    self.warnings.append(str(e))
+        return out
 
     # -- instances ------------------------------------------------------------------------------------
     def record_instance(self, instance: Instance) -> None:
@@ -257,9 +271,27 @@ class StateDB:
         )
         return event
 
+    def last_event_seq(self, job_id: str, kind: str | None = None) -> int:
+        """The seq of the job's newest event (of `kind`), 0 if none."""
+        sql = "SELECT MAX(seq) FROM events WHERE job_id = ?" + (" AND kind = ?" if kind else "")
+        row = self._tx(sql, (job_id, kind) if kind else (job_id,)).fetchone()
+        return int(row[0] or 0)
+
     def events(self, job_id: str) -> Iterator[dict[str, Any]]:
         for r in self._tx("SELECT * FROM events WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall():
             yield {"seq": r["seq"], "ts": r["ts"], "kind": r["kind"], "data": json.loads(r["data_json"])}
+
+
+def _truncated(path: Path) -> bool:
+    """An existing 0-byte database with no WAL content: what is left of a state file that was cut off.
+    (A new database is never 0 bytes once opened: switching to WAL writes its header.)"""
+    try:
+        if path.stat().st_size != 0:
+            return False
+    except FileNotFoundError:
+        return False
+    wal = path.with_name(path.name + "-wal")
+    return not (wal.exists() and wal.stat().st_size > 0)
 
 
 def _job_record(row: sqlite3.Row) -> JobRecord:

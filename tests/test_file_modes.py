@@ -29,6 +29,7 @@ def test_state_logs_and_local_workdir_are_private(launchpad_home, umask_022):
     instance's workdir files (instance.json, job spec, recipe) are 0600 in 0700 folders."""
     from launchpad_local import LocalProvider
 
+    from launchpad.jobspec import JobSpec
     from launchpad.models import Bundle, InstanceSpec
     from launchpad.settings import data_dir
     from launchpad.state import StateDB
@@ -36,15 +37,15 @@ def test_state_logs_and_local_workdir_are_private(launchpad_home, umask_022):
     provider = LocalProvider({})  # first, on its own: it must not rely on the state DB having been opened
     offer = provider.offers()[0]
     instance = provider.provision(offer, InstanceSpec(job_id="modes-1", token="modes-1-attempt-1"))
-    provider.sync(instance, Bundle(job_spec={"job_id": "modes-1", "checkpoint_uri": "file:///tmp/x"},
-                                   recipe_text="name: modes\n"))
+    spec = JobSpec(job_id="modes-1", recipe={"name": "modes"}, checkpoint_uri="file:///tmp/x")
+    provider.sync(instance, Bundle(job_spec=spec, recipe_text="name: modes\n"))
     workdir = Path(instance.data["workdir"])
     assert {"instance.json", "recipe.yaml"} <= {p.name for p in workdir.iterdir()}
     assert _readable_by_others(launchpad_home) == []
 
     os.umask(0o022)
     db = StateDB.open()
-    db.create_job("modes-1", "modes", None, {"name": "modes"}, {"job_id": "modes-1"})
+    db.create_job("modes", None, JobSpec(job_id="modes-1", recipe={"name": "modes"}), "")
     assert {p.name for p in launchpad_home.iterdir()} >= {"state.db", "state.db-wal", "state.db-shm"}
 
     logs = data_dir() / "logs" / "modes-1"  # how the lifecycle saves a finished instance's log

@@ -142,7 +142,7 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 @json_option
 def status(job: str | None, as_json: bool) -> None:
     """Jobs with phase, step/total, loss, last checkpoint and cost so far."""
-    from ._run import open_lifecycle
+    from ._run import open_lifecycle, print_warnings
     from ._views import render_job, render_jobs
 
     lc = open_lifecycle(as_json)
@@ -152,6 +152,7 @@ def status(job: str | None, as_json: bool) -> None:
         err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
     rows = lc.status_rows(job, on_error=warn)
+    print_warnings(lc.db)  # damaged rows are skipped, and said so
     if as_json:
         emit_json(rows)
     elif job:
@@ -182,18 +183,47 @@ def logs(job: str, follow: bool, as_json: bool) -> None:
 @json_option
 def down(job: str | None, all_: bool, as_json: bool) -> None:
     """Tear down a job's instances (idempotent: already gone is fine)."""
-    from ..errors import BadInput
-    from ._run import open_lifecycle
+    from ..errors import BadInput, StateError, TeardownIncomplete
+    from ._run import open_lifecycle, print_warnings
 
     if bool(job) == all_:
         raise BadInput("give a JOB or --all")
-    lc = open_lifecycle(as_json)
-    gone = lc.down_all() if all_ else lc.down(job)
+    try:
+        lc = open_lifecycle(as_json)
+    except StateError as e:
+        if not all_:
+            raise
+        gone = _down_all_without_state(e, as_json)
+    else:
+        try:
+            gone = lc.down_all() if all_ else lc.down(job)
+        except TeardownIncomplete as e:
+            _print_down(e.gone, as_json, left=e.left)
+            raise
+        print_warnings(lc.db)  # damaged rows: their instances were still found by tag
+    _print_down(gone, as_json)
+
+
+def _down_all_without_state(error: Exception, as_json: bool) -> list[str]:
+    """Teardown never depends on the state DB: find every instance by its tag instead."""
+    from ..plugins import configured_providers
+    from ..settings import state_url
+    from ..teardown import down_all_by_tag
+
+    path = state_url().removeprefix("sqlite:///")
+    err_console().print(f"[yellow]![/] {esc(error)}; finding instances by their tag instead. The database was "
+                        f"left as it is: move it aside (mv {esc(path)} {esc(path)}.broken) to start afresh",
+                        soft_wrap=True)
+    usable, _ = configured_providers()
+    return down_all_by_tag(usable)
+
+
+def _print_down(gone: list[str], as_json: bool, left: list[str] | None = None) -> None:
     if as_json:
-        emit_json({"terminated": gone})
+        emit_json({"terminated": gone, "left": left or []})
     elif gone:
         console().print(f"[green]✓[/] terminated {esc(', '.join(gone))}")
-    else:
+    elif not left:
         console().print("nothing to tear down: no live instances")
 
 

@@ -14,7 +14,16 @@ def open_lifecycle(quiet: bool, only: str | None = None):
 
     usable, unavailable = configured_providers(only)
     reporter = _QuietReporter() if quiet else RichReporter()
-    return Lifecycle(StateDB.open(), usable, unavailable, reporter, provider_factory=provider_for)
+    db = StateDB.open()
+    print_warnings(db)
+    return Lifecycle(db, usable, unavailable, reporter, provider_factory=provider_for)
+
+
+def print_warnings(db) -> None:
+    """What the state file has to say (truncated, damaged rows), once each."""
+    for warning in db.warnings:
+        err_console().print(f"[yellow]![/] {esc(warning)}", soft_wrap=True)
+    db.warnings.clear()
 
 
 class _QuietReporter:

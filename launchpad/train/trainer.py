@@ -236,6 +236,11 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
     if ref is None and ranks.is_node_main:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
+    args = training_args(spec, prec, ds_config=ds_config, optim=optim)
+    if ref is not None and resume_dir is not None and reached_last_step(resume_dir, ref.step, args.max_steps):
+        # Finished work stays finished: no step past the last, no new checkpoint, nothing pruned.
+        log(f"{ref.name} is the last step of {spec.job_id}: nothing left to train")
+        return ref.step
 
     if ranks.is_main:
         uploader: Any = CheckpointUploader(
@@ -252,7 +257,6 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     # is shared by SyncSaveCallback. Other ranks watch a file that never appears.
     save_now = spec.save_now_flag if ranks.is_node_main else spec.workdir / f".no-save-now-{ranks.rank}"
     before, after = make_distributed_callbacks(ranks, store, spec.job_id, log=log)
-    args = training_args(spec, prec, ds_config=ds_config, optim=optim)
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -281,6 +285,18 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")
     _log_peak_memory()
     return trainer.state.global_step
+
+
+def reached_last_step(checkpoint_dir: Path, step: int, max_steps: int) -> bool:
+    """Is `step` the job's last? `max_steps` from the training arguments (> 0 when the job counts
+    steps), else the total the checkpoint's own run computed from its epochs (trainer_state.json)."""
+    if max_steps and max_steps > 0:
+        return step >= max_steps
+    try:
+        planned = int(json.loads((checkpoint_dir / "trainer_state.json").read_text()).get("max_steps") or 0)
+    except (OSError, ValueError):
+        return False
+    return planned > 0 and step >= planned
 
 
 def _log_peak_memory() -> None:

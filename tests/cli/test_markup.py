@@ -40,13 +40,14 @@ def test_install_hint_keeps_its_extra(run_cli, tmp_path, launchpad_home):
     """Item 10: the hint `pip install 'launchpad[s3]'` is printed whole (rich used to eat `[s3]`).
     The s3 store is switched off the way a user would (LAUNCHPAD_DISABLE_PLUGINS), and a job whose
     checkpoints live on s3:// is exported."""
+    from launchpad.jobspec import JobSpec
     from launchpad.recipe import load_recipe
     from launchpad.state import StateDB
 
     recipe = load_recipe(str(_smoke_recipe(tmp_path / "r")))
-    spec = {"checkpoint_uri": "s3://my-bucket/ckpt"}
+    spec = JobSpec.from_recipe("smoke-s3-1", recipe).replace(checkpoint_uri="s3://my-bucket/ckpt")
     db = StateDB.open()
-    db.create_job("smoke-s3-1", "smoke-s3", None, recipe.model_dump(mode="json"), spec)
+    db.create_job("smoke-s3", None, spec, "")
     db.close()
     proc = run_cli("export", "smoke-s3-1", "--out", str(tmp_path / "out"), timeout=120,
                    env={"LAUNCHPAD_DISABLE_PLUGINS": "launchpad.storage.s3"})

@@ -296,10 +296,10 @@ class SSHProvider(VMProvider):
 
     def _teardown_node(self, instance: Instance, mode: TeardownMode) -> None:
         host = self.host(instance.data.get("host", ""))
-        if host is None:
-            log.warning("ssh: %s: host %s is no longer in hosts.yaml; nothing to release", instance.id,
-                        instance.data.get("host"))
-            return
+        if host is None:  # we cannot reach it, so we cannot say it is gone: its agent may still run
+            raise ProviderError(f"{instance.id}: host {instance.data.get('host')!r} is no longer in {self.hosts_path}, "
+                                "so launchpad cannot reach it; it may still be running", provider=self.name,
+                                hint="put the host back under that name and run `launchpad down` again")
         root = instance.data["root"]
         self._roots[instance.id] = root
         self.stop_agent(instance)
@@ -318,7 +318,7 @@ class SSHProvider(VMProvider):
     def status(self, instance: Instance) -> InstanceState:
         host = self.host(instance.data.get("host", ""))
         if host is None:
-            return InstanceState.TERMINATED
+            return InstanceState.UNKNOWN  # renamed or removed from hosts.yaml: not known to be gone
         try:
             conn = self.connection(instance)
         except (AuthError, ConfigError, HostKeyChanged):
