@@ -210,7 +210,7 @@ def report(results: dict[str, dict[str, list[float]]], big_mib: int, small_count
                 verdict = "meets" if min(best, med) >= goal else ("meets on best-of" if best >= goal else "MISSES")
                 print(f"  {mine:20s} / {base:18s} best {best:5.2f}x  median {med:5.2f}x  goal >= {goal}x: {verdict}")
     print("\nThe ceiling is moto, not the tools: one Python process that copies the whole object for every")
-    print("ranged GET; real S3 serves each connection independently (see shared/TESTING.md).")
+    print("ranged GET under one lock; real S3 serves each connection independently.")
 
 
 if __name__ == "__main__":

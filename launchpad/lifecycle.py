@@ -112,8 +112,12 @@ class Lifecycle(TeardownSteps):
             return
         if instance is not None:
             self._teardown_all([instance])
-        raise JobStopped(f"{job_id} was torn down by `launchpad down` while starting; nothing of it is left running",
-                         hint=f"`launchpad resume {job_id}` starts it again")
+        raise self._stopped(job_id)
+
+    @staticmethod
+    def _stopped(job_id: str) -> JobStopped:
+        return JobStopped(f"{job_id} was torn down by `launchpad down`; nothing of it is left running",
+                          hint=f"`launchpad resume {job_id}` continues from the newest complete checkpoint")
 
     # -- submit / run ----------------------------------------------------------------------------------
     def submit(self, recipe, recipe_text: str, *, provider: str | None = None, max_steps: int | None = None,
@@ -192,6 +196,8 @@ class Lifecycle(TeardownSteps):
             # Whatever happened to the state DB (a full disk), the instance goes: nothing is left billing.
             if instance is not None:
                 self._teardown_all([instance])
+            if self._torn_down(job_id):  # the step failed because `down` took its machine away
+                raise self._stopped(job_id) from None
             self._best_effort(self._fail_unless_finished, job_id, str(e))
             raise
 
@@ -290,8 +296,7 @@ class Lifecycle(TeardownSteps):
             while True:
                 polls += 1
                 if self._torn_down(job_id):
-                    raise JobStopped(f"{job_id} was torn down by `launchpad down`",
-                                     hint=f"`launchpad resume {job_id}` continues from the newest complete checkpoint")
+                    raise self._stopped(job_id)
                 if polls % STATUS_EVERY_POLLS == 0:
                     state = provider.status(instance)
                     if state in _GONE:
@@ -400,11 +405,17 @@ class Lifecycle(TeardownSteps):
 
     # -- resume ----------------------------------------------------------------------------------------
     def resume(self, job_id: str, *, detach: bool = False) -> JobRecord:
+        """Continue the job from its newest complete checkpoint, or follow it if it still trains. Holds the
+        job's attempt lock throughout: a second `resume` (or `up`) of the same job is refused meanwhile."""
+        job_id = self.db.job(job_id).id
+        with self.locks.attempt(job_id):
+            return self._resume(job_id, detach)
+
+    def _resume(self, job_id: str, detach: bool) -> JobRecord:
         from .storage import open_store
         from .storage.checkpoints import latest_checkpoint
 
         job = self.refresh(job_id)
-        job_id = job.id
         if job.state is JobState.SUCCEEDED:
             self.reporter.info(f"{job_id} already succeeded; nothing to resume")
             return job

@@ -119,7 +119,7 @@ def test_fast():
     assert time.perf_counter() - start < 1.0
 
 
-# Issue 9 item 3: SkyPilot's spellings (as in the catalog CSVs of /work/shared/catalog) are aliases.
+# Issue 9 item 3: SkyPilot's spellings (as in SkyPilot's catalog CSVs) are aliases.
 @pytest.mark.parametrize("text, expected", [
     ("A100-80GB:1", "A100:80GB"),
     ("A100-80GB", "A100:80GB"),

@@ -1,4 +1,4 @@
-"""Checkpoints in an object store, with manifests (DESIGN.md, "Object store layout"):
+"""Checkpoints in an object store, with manifests (the store layout every provider shares):
 
     <root>/<job_id>/checkpoint-<step>/<files as the trainer wrote them>
     <root>/<job_id>/checkpoint-<step>/MANIFEST.json     written LAST

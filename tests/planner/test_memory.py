@@ -32,7 +32,7 @@ def test_param_counts_match_the_published_models() -> None:
     assert model_shape("mistralai/Mistral-7B-v0.1").params == pytest.approx(7.24e9, rel=0.01)
     assert model_shape("Qwen/Qwen2-7B").params == pytest.approx(7.62e9, rel=0.01)
     assert model_shape("microsoft/Phi-3-mini-4k-instruct").params == pytest.approx(3.82e9, rel=0.01)
-    # the builtin demo model of TESTING.md: hidden 128, 2 layers, 4 heads, 2 KV heads, vocab 1024 -> 0.56M
+    # the builtin demo model (launchpad/train/tiny.py): hidden 128, 2 layers, 4 heads, 2 KV heads, vocab 1024 -> 0.56M
     tiny = model_shape("builtin:tiny-llama")
     assert (tiny.hidden, tiny.intermediate, tiny.layers, tiny.heads, tiny.kv_heads, tiny.vocab) == (
         128, 256, 2, 4, 2, 1024)

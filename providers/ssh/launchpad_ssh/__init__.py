@@ -346,9 +346,12 @@ class SSHProvider(VMProvider):
             if "instance" not in owner:
                 return None
             try:
-                return Instance.from_dict(owner["instance"])
+                inst = Instance.from_dict(owner["instance"])
             except (KeyError, ValueError, TypeError):
                 return None
+            if self.host(inst.data.get("host", "")) is None:  # renamed in hosts.yaml: it is where its claim is
+                inst = replace(inst, data={**inst.data, "host": host.name})
+            return inst
 
         if not hosts:
             return []
