@@ -101,7 +101,6 @@ def main() -> None:
         model_dir = build_model(root)
         if args.store == "s3":
             import boto3
-
             from _moto import MotoServer
 
             server = MotoServer()

@@ -43,7 +43,6 @@ def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tupl
         return {"base_model": (src / "model").as_uri(),
                 "datasets": [{"path": (src / "data" / "train.jsonl").as_uri(), "type": "chat"}]}, None
     import boto3
-
     from _moto import MotoServer
 
     server = MotoServer()
@@ -86,7 +85,8 @@ def main() -> None:
                     parts[name] = p
             parallel.append(run(recipe, root, parallel=True)[0])
         slowest = max(p["seconds"] for p in parts.values())
-        print(f"store: {args.store}; dataset {args.dataset_mb} MiB, weights {args.model_mb} MiB, env = import of the training stack")
+        print(f"store: {args.store}; dataset {args.dataset_mb} MiB, weights {args.model_mb} MiB, "
+              "env = import of the training stack")
         for name, p in parts.items():
             print(f"  part {name:<11} {p['seconds']:6.2f} s  ({p['total_bytes'] / MiB:,.0f} MiB)")
         print(f"serial (baseline): {min(serial):6.2f} s")

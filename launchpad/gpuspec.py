@@ -19,9 +19,9 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
 
 __all__ = ["GpuSpec", "parse_gpu_spec", "canonical_gpu_name", "known_gpu_names", "check_gpu_names", "KNOWN_GPUS"]
 
@@ -83,7 +83,7 @@ def known_gpu_names() -> frozenset[str]:
     return KNOWN_GPUS | _catalog_gpu_names()
 
 
-def check_gpu_names(spec: "GpuSpec", text: str | None = None, known: Iterable[str] | None = None) -> None:
+def check_gpu_names(spec: GpuSpec, text: str | None = None, known: Iterable[str] | None = None) -> None:
     """Raise ValueError (one line, with the closest known names as the fix) when `spec` names a GPU that
     is not in `known` (default `known_gpu_names()`)."""
     pool = frozenset(known) if known is not None else known_gpu_names()

@@ -117,7 +117,8 @@ def build_wheel(out_dir: str | os.PathLike | None = None, *, package_dir: str | 
     entries: list[tuple[str, bytes]] = [(f"{top}/{p.relative_to(package_dir).as_posix()}", p.read_bytes())
                                         for p in package_files(package_dir)]
     entries.append((f"{info}/METADATA", meta.encode()))
-    entries.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: launchpad.wheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
+    entries.append((f"{info}/WHEEL",
+                    b"Wheel-Version: 1.0\nGenerator: launchpad.wheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
     if entry_points:
         entries.append((f"{info}/entry_points.txt", entry_points.encode()))
     record = "".join(f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}\n" for name, data in entries)

@@ -1,9 +1,10 @@
 """plan(): recipe -> Need -> every offer filtered (each rejection keeps its reason) -> scored -> ranked.
 
 Order of the hard constraints (the first that fails is the reason shown): provider allow-list, accelerator
-kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, host RAM and vCPUs (`Need.host_ram_for`), multi-node capability, CUDA minimum, NVMe, stop capability,
-region, spot (no spot price / no spot market), price cap -- and only then "not configured", so an offer
-from an unconfigured provider is shown as "not configured" only when it would otherwise run the recipe;
+kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, host RAM and vCPUs (`Need.host_ram_for`), multi-node capability,
+CUDA minimum, NVMe, stop capability, region, spot (no spot price / no spot market), price cap -- and only then
+"not configured", so an offer from an unconfigured provider is shown as "not configured" only when it would otherwise
+run the recipe;
 one that could not run it anyway shows the real reason.
 
 Spot: `resources.spot` false = on-demand variants only, true = spot variants only (an offer without a spot
@@ -20,8 +21,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import BadInput, ProviderError
 from ..models import Capability, Offer

@@ -71,11 +71,13 @@ def load_private_key(path: str | os.PathLike):
 
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ConfigError(f"ssh key {path} does not exist", hint="fix `key:` in hosts.yaml, or leave it out to use launchpad's own key")
+        raise ConfigError(f"ssh key {path} does not exist",
+                          hint="fix `key:` in hosts.yaml, or leave it out to use launchpad's own key")
     try:
         return paramiko.PKey.from_path(path)
     except paramiko.PasswordRequiredException:
-        raise AuthError(f"ssh key {path} is encrypted", hint="add it to ssh-agent (`ssh-add`); launchpad never asks for passphrases") from None
+        raise AuthError(f"ssh key {path} is encrypted",
+                        hint="add it to ssh-agent (`ssh-add`); launchpad never asks for passphrases") from None
     except PermissionError:
         raise ConfigError(f"ssh key {path} is not readable (permission denied)") from None
     except (paramiko.SSHException, ValueError, UnicodeDecodeError) as e:

@@ -102,11 +102,10 @@ def stop(workdir: Path, grace: float) -> int:
 
 
 def latest(workdir: Path) -> int:
-    from launchpad.storage import open_store
-    from launchpad.storage.checkpoints import latest_checkpoint
-
     from launchpad.errors import BadInput
     from launchpad.jobspec import JobSpec
+    from launchpad.storage import open_store
+    from launchpad.storage.checkpoints import latest_checkpoint
 
     try:
         spec = JobSpec.load(workdir / FILES["spec"])

@@ -106,7 +106,8 @@ def problems(recipe, env: dict[str, Any], *, deepspeed: bool = False) -> list[st
         out.append("deepspeed: the recipe uses DeepSpeed, which is not installed (pip install 'launchpad[train]')")
     if getattr(recipe, "flash_attention", "auto") is True:
         if not v["flash-attn"]:
-            out.append("flash_attention: true, but flash-attn is not installed (pip install flash-attn, or flash_attention: auto)")
+            out.append("flash_attention: true, but flash-attn is not installed "
+                       "(pip install flash-attn, or flash_attention: auto)")
         elif not gpus:
             out.append("flash_attention: true needs a CUDA GPU (use flash_attention: auto to fall back to SDPA)")
         else:

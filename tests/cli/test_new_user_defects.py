@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_plan_cmds import QLORA_8B, REPO
+
 
 def _recipe(tmp_path: Path, gpu: str) -> str:
     data = dict(QLORA_8B)
@@ -125,7 +125,7 @@ def test_jobs_table_never_cuts_the_id_or_state(width) -> None:
              "created_at": None} for i in ids]
     lines = _render(lambda con: render_jobs(rows, con), width)
     assert len(lines) == 3 + len(rows) and all(len(line) <= width for line in lines)
-    for job_id, line in zip(ids, lines[3:]):
+    for job_id, line in zip(ids, lines[3:], strict=True):
         assert job_id in line and "SUCCEEDED" in line
 
 
