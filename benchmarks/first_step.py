@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +35,7 @@ def write_random(path: Path, mb: int) -> None:
             f.write(os.urandom(MiB))
 
 
-def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tuple[dict, object]:
+def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tuple[dict, Any]:
     src = root / "src"
     write_random(src / "data" / "train.jsonl", dataset_mb)
     write_random(src / "model" / "model.safetensors", model_mb)
@@ -76,7 +77,9 @@ def main() -> None:
     try:
         recipe, server = make_sources(root, args.store, args.dataset_mb, args.model_mb)
         run(recipe, root, parallel=True)  # warm-up: page cache and .pyc for both measurements alike
-        serial, parallel, parts = [], [], {}
+        serial: list[float] = []
+        parallel: list[float] = []
+        parts: dict[str, dict[str, Any]] = {}
         for _ in range(args.repeat):
             t, one = run(recipe, root, parallel=False)  # serial: each part timed alone
             serial.append(t)

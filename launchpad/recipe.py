@@ -439,6 +439,8 @@ def _check_deepspeed_config(recipe: Recipe, shown: str) -> None:
     from .dsconfig import load_config, validate_config
     from .errors import BadInput
 
+    if not recipe.deepspeed:
+        return
     try:
         problems = validate_config(load_config(recipe.deepspeed), recipe)
     except BadInput as e:

@@ -54,7 +54,9 @@ def _metadata(dist_name: str, package_dir: Path) -> tuple[str, str, str]:
 
 
 def _from_pyproject(path: Path, dist_name: str) -> tuple[str, str, str]:
-    import tomllib
+    import importlib
+
+    tomllib = importlib.import_module("tomllib")  # Python 3.11+; ImportError on 3.10 (the caller falls back)
 
     project = tomllib.loads(path.read_text(encoding="utf-8"))["project"]
     if project["name"] != dist_name:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"^```\w+ file=(?P<path>\S+)\n(?P<body>.*?)^```$", re.S | re.M)
 
@@ -27,7 +29,7 @@ def build_example(root: Path) -> dict[str, str]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body, encoding="utf-8")
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="reads the page's pyproject.toml with tomllib (Python 3.11+)")
 
     project = tomllib.loads(files["providers/toycloud/pyproject.toml"])["project"]
     pkg_root = root / "providers" / "toycloud"

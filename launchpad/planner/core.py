@@ -223,9 +223,9 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
         sources.append((name, offers, True))
     if include_catalog:
         cat = catalog if catalog is not None else load_catalog()
-        for name, offers in cat.items():
+        for name, listed in cat.items():
             if name not in configured and (not only or name in only):
-                sources.append((name, offers, False))
+                sources.append((name, listed, False))
 
     hook = _score_hook()
     ev = _Evaluator(need, capabilities, configured, unavailable, hook)
@@ -238,13 +238,13 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     shape, variant, region_ok = ev.shape, ev.variant, ev.region_ok
     check_region = bool(need.regions)
     add = rejected.append
-    for name, offers, is_conf in sources:
+    for name, source_offers, is_conf in sources:
         prov_reason = ev.provider_check(name)
         not_conf = None
         if not is_conf:
             why = unavailable.get(name) or f"no launchpad-{name} plugin installed"
             not_conf = f"{name}: not configured ({why})"
-        for o in offers:
+        for o in source_offers:
             if prov_reason is not None:
                 add(Rejection(o, prov_reason[1], prov_reason[0], is_conf))
                 continue

@@ -7,6 +7,7 @@ shown or sent anywhere.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 from pathlib import Path
@@ -95,7 +96,7 @@ def parse_public_key(text: str):
     kind, data = parts[0], parts[1]
     try:
         blob = base64.b64decode(data, validate=True)
-    except (ValueError, base64.binascii.Error):
+    except (ValueError, binascii.Error):
         raise ValueError("the key part is not valid base64") from None
     try:
         key = paramiko.PKey.from_type_string(kind, blob)

@@ -112,6 +112,9 @@ def latest(workdir: Path) -> int:
     except BadInput:
         _print(None)  # nothing synced: no store known, no checkpoint
         return 0
+    if spec.checkpoint_uri is None:
+        _print(None)  # no store known, no checkpoint
+        return 0
     ref = latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
     _print(None if ref is None else {"uri": ref.uri, "step": ref.step, "files": ref.files, "bytes": ref.bytes})
     return 0

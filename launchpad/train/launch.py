@@ -82,7 +82,7 @@ def trainer_command(
     spec_path = str(Path(spec_path).resolve())
     if not isinstance(spec, JobSpec):
         spec = JobSpec.from_json(dict(spec), source=spec_path)
-    nodes = [{"rank": n.rank, "address": n.address} for n in spec.nodes]
+    nodes: list[dict[str, Any]] = [{"rank": n.rank, "address": n.address} for n in spec.nodes]
     if nnodes is None:
         nnodes = len(nodes) or int((spec.recipe.get("resources") or {}).get("nodes") or 1)
     if node_rank is None:

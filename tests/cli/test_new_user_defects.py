@@ -88,12 +88,13 @@ def test_offers_l4_cheapest_matches_skypilot(run_cli) -> None:
 def _render(renderable_or_fn, width: int) -> list[str]:
     from rich.console import Console
 
-    con = Console(file=io.StringIO(), width=width, highlight=False, color_system=None)
+    out = io.StringIO()
+    con = Console(file=out, width=width, highlight=False, color_system=None)
     if callable(renderable_or_fn):
         renderable_or_fn(con)
     else:
         con.print(renderable_or_fn)
-    return con.file.getvalue().splitlines()
+    return out.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("width", [80, 160])

@@ -178,6 +178,8 @@ class LocalProvider(Provider):
         if not path.exists():
             return None  # never synced: no store known, no checkpoint
         spec = JobSpec.load(path)
+        if spec.checkpoint_uri is None:
+            return None  # no store known, no checkpoint
         return latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
