@@ -53,6 +53,7 @@ def test_example_provider_is_listed_by_check(tmp_path, run_cli):
     assert rows["toycloud"]["plugin"] == "launchpad-toycloud 0.1.0"
 
 
+@pytest.mark.sshd  # the suite runs in a child pytest against launchpad_sshd
 def test_example_provider_passes_the_conformance_suite(tmp_path):
     env = {**os.environ, **build_example(tmp_path)}
     test_file = tmp_path / "providers" / "toycloud" / "tests" / "test_toycloud.py"

@@ -17,7 +17,7 @@ from launchpad.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 
 def bundle(tmp_path: Path, job_id: str, dataset: Path, steps: int) -> Bundle:
