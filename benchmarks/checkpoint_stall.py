@@ -82,6 +82,8 @@ def train(spec: Path, env: dict[str, str]) -> float:
     if proc.returncode != 0:
         sys.exit(f"trainer failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     m = re.search(r"(\d+) steps in ([\d.]+)s", proc.stdout)
+    if m is None:
+        sys.exit(f"trainer printed no timing line:\n{proc.stdout[-2000:]}")
     return float(m.group(2))
 
 
@@ -101,7 +103,6 @@ def main() -> None:
         model_dir = build_model(root)
         if args.store == "s3":
             import boto3
-
             from _moto import MotoServer
 
             server = MotoServer()

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +35,7 @@ def write_random(path: Path, mb: int) -> None:
             f.write(os.urandom(MiB))
 
 
-def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tuple[dict, object]:
+def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tuple[dict, Any]:
     src = root / "src"
     write_random(src / "data" / "train.jsonl", dataset_mb)
     write_random(src / "model" / "model.safetensors", model_mb)
@@ -43,7 +44,6 @@ def make_sources(root: Path, store: str, dataset_mb: int, model_mb: int) -> tupl
         return {"base_model": (src / "model").as_uri(),
                 "datasets": [{"path": (src / "data" / "train.jsonl").as_uri(), "type": "chat"}]}, None
     import boto3
-
     from _moto import MotoServer
 
     server = MotoServer()
@@ -77,7 +77,9 @@ def main() -> None:
     try:
         recipe, server = make_sources(root, args.store, args.dataset_mb, args.model_mb)
         run(recipe, root, parallel=True)  # warm-up: page cache and .pyc for both measurements alike
-        serial, parallel, parts = [], [], {}
+        serial: list[float] = []
+        parallel: list[float] = []
+        parts: dict[str, dict[str, Any]] = {}
         for _ in range(args.repeat):
             t, one = run(recipe, root, parallel=False)  # serial: each part timed alone
             serial.append(t)
@@ -86,7 +88,8 @@ def main() -> None:
                     parts[name] = p
             parallel.append(run(recipe, root, parallel=True)[0])
         slowest = max(p["seconds"] for p in parts.values())
-        print(f"store: {args.store}; dataset {args.dataset_mb} MiB, weights {args.model_mb} MiB, env = import of the training stack")
+        print(f"store: {args.store}; dataset {args.dataset_mb} MiB, weights {args.model_mb} MiB, "
+              "env = import of the training stack")
         for name, p in parts.items():
             print(f"  part {name:<11} {p['seconds']:6.2f} s  ({p['total_bytes'] / MiB:,.0f} MiB)")
         print(f"serial (baseline): {min(serial):6.2f} s")

@@ -55,14 +55,17 @@ def build_model(shape: str, dest: Path) -> Path:
 
     h, i, layers, heads, kv, vocab = SHAPES[shape]
     tok = build_tokenizer()
-    config = LlamaConfig(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, num_attention_heads=heads,
+    # rope_theta is not in the typed signature of newer transformers, which still take it through **kwargs
+    config = LlamaConfig(  # type: ignore[call-arg]
+                         hidden_size=h, intermediate_size=i, num_hidden_layers=layers, num_attention_heads=heads,
                          num_key_value_heads=kv, vocab_size=vocab, max_position_embeddings=8192, rope_theta=500000.0,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          tie_word_embeddings=False, dtype="bfloat16")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     with torch.device(device):
-        model = LlamaForCausalLM(config).to(torch.bfloat16)
+        # transformers types PreTrainedModel.to() with a decorator that loses torch's (dtype) overloads
+        model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
@@ -89,13 +92,15 @@ class SmiPoller:
     """Peak `nvidia-smi` memory.used (MiB, summed over GPUs) while the trainer runs."""
 
     def __init__(self, interval: float = 0.2):
-        self.peak_mib = None
+        self.peak_mib: float | None = None
         self.interval = interval
         self._stop = threading.Event()
         self._exe = shutil.which("nvidia-smi")
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        if self._exe is None:
+            return
         while not self._stop.wait(self.interval):
             try:
                 out = subprocess.run([self._exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
@@ -174,6 +179,7 @@ def main() -> int:
            if int(m.group(1)) > args.warmup]
     peak = re.search(r"peak GPU memory: ([\d.]+) GiB allocated, ([\d.]+) GiB reserved", text)
     shape = model_shape(str(model_dir))
+    assert shape is not None, f"{model_dir} has no readable config.json"
     est = estimate_memory(shape, setup_from_recipe(recipe))
     est_gb = est.per_gpu_gb(1)
     smi_gib = smi.peak_mib / 1024 if smi.peak_mib else None

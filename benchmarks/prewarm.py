@@ -26,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -64,7 +66,7 @@ def pick_dest(explicit: str | None, need: int) -> Path:
     return Path(tempfile.mkdtemp(prefix="lp-prewarm-"))
 
 
-def commands(prefix: str, dest: Path, endpoint: str, workers: int, part: int) -> dict[str, list[str]]:
+def commands(prefix: str, dest: Path, endpoint: str, workers: int, part: int) -> dict[str, list[str] | Callable[[], Any]]:
     lp = (
         "import sys; from pathlib import Path; from launchpad.storage import open_store; "
         "from launchpad.storage.transfer import download_tree; "
@@ -78,7 +80,7 @@ def commands(prefix: str, dest: Path, endpoint: str, workers: int, part: int) ->
         f"[c.download_file('{BUCKET}', o['Key'], {str(dest)!r} + '/' + o['Key'].split('/')[-1], Config=cfg) "
         f"for o in c.list_objects_v2(Bucket='{BUCKET}', Prefix='{prefix}/')['Contents']]"
     )
-    out = {
+    out: dict[str, list[str] | Callable[[], Any]] = {
         "aws s3 sync": [
             tool_path("aws") or "aws",
             "s3",

@@ -11,6 +11,7 @@ import copy
 import difflib
 import re
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -108,7 +109,7 @@ def _unknown_key(root: type[BaseModel], loc: typing.Sequence[Any]) -> str:
     return "unknown key (see `launchpad schema` for the allowed keys)"
 
 
-def _describe(err: dict, loc: list, root: type[BaseModel], secret: bool) -> str:
+def _describe(err: Mapping[str, Any], loc: list, root: type[BaseModel], secret: bool) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     fix = ""
     if kind == "extra_forbidden":

@@ -136,7 +136,7 @@ def resolve_auto(config: dict[str, Any], recipe, *, world_size: int | None = Non
         ("zero_optimization", "stage3_param_persistence_threshold"): 10 * hidden_size,
     }
     for path, value in values.items():
-        node = cfg
+        node: Any = cfg
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict) and node.get(path[-1]) == "auto":

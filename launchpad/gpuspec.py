@@ -19,9 +19,10 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import cast
 
 __all__ = ["GpuSpec", "parse_gpu_spec", "canonical_gpu_name", "known_gpu_names", "check_gpu_names", "KNOWN_GPUS"]
 
@@ -83,7 +84,7 @@ def known_gpu_names() -> frozenset[str]:
     return KNOWN_GPUS | _catalog_gpu_names()
 
 
-def check_gpu_names(spec: "GpuSpec", text: str | None = None, known: Iterable[str] | None = None) -> None:
+def check_gpu_names(spec: GpuSpec, text: str | None = None, known: Iterable[str] | None = None) -> None:
     """Raise ValueError (one line, with the closest known names as the fix) when `spec` names a GPU that
     is not in `known` (default `known_gpu_names()`)."""
     pool = frozenset(known) if known is not None else known_gpu_names()
@@ -178,6 +179,8 @@ def _parse_count(part: str) -> tuple[int, int | None] | None:
     if not m or not (m.group(1) or m.group(3)):
         return None
     lo, dots, hi = m.groups()
+    lo_v: int
+    hi_v: int | None
     if not dots:
         lo_v = hi_v = int(lo)
     else:
@@ -226,6 +229,7 @@ def parse_gpu_spec(text: str) -> GpuSpec:
     if len(text) > 200:
         raise ValueError("GPU spec is too long (write e.g. A100, H100:8 or 24GB..)")
     fields: dict[str, object] = {}
+    value: object
     for part in text.split(":"):
         part = part.strip()
         if not part:
@@ -246,10 +250,10 @@ def parse_gpu_spec(text: str) -> GpuSpec:
         if kind in fields:
             raise ValueError(f"GPU spec {text!r} gives the {kind} twice (write e.g. H100:80GB:8)")
         fields[kind] = value
-    mem_lo, mem_hi = fields.get("memory", (None, None))  # type: ignore[misc]
-    count_lo, count_hi = fields.get("count", (1, 1))  # type: ignore[misc]
+    mem_lo, mem_hi = cast("tuple[float | None, float | None]", fields.get("memory", (None, None)))
+    count_lo, count_hi = cast("tuple[int, int | None]", fields.get("count", (1, 1)))
     return GpuSpec(
-        names=fields.get("names", ()),  # type: ignore[arg-type]
+        names=cast("tuple[str, ...]", fields.get("names", ())),
         memory_min_gb=mem_lo,
         memory_max_gb=mem_hi,
         count_min=count_lo,

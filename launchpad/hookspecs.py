@@ -9,7 +9,8 @@ A plugin is a module (or object) with functions named like these specs, decorate
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import BadInput
 
@@ -88,7 +89,7 @@ class JobSpec:
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
     def from_recipe(cls, job_id: str, recipe: Any, *, max_steps: int | None = None,
-                    deepspeed_config: Mapping[str, Any] | None = None) -> "JobSpec":
+                    deepspeed_config: Mapping[str, Any] | None = None) -> JobSpec:
         """The spec of a new job (`recipe` is a validated `launchpad.recipe.Recipe`)."""
         return cls(
             job_id=job_id, recipe=recipe.model_dump(mode="json"), checkpoint_uri=recipe.checkpoint.uri,
@@ -96,7 +97,7 @@ class JobSpec:
             autostop=AutostopSpec(idle_minutes=float(recipe.autostop.idle_minutes), action=recipe.autostop.action),
         )
 
-    def replace(self, **changes: Any) -> "JobSpec":
+    def replace(self, **changes: Any) -> JobSpec:
         """A copy with `changes` (the only way a spec changes)."""
         if isinstance(changes.get("autostop"), Mapping):
             changes["autostop"] = dataclasses.replace(self.autostop, **_autostop_fields(changes["autostop"]))
@@ -131,7 +132,7 @@ class JobSpec:
         return json.dumps(self.to_json(), indent=2)
 
     @classmethod
-    def from_json(cls, data: Any, *, source: str = "job spec", on_instance: bool = False) -> "JobSpec":
+    def from_json(cls, data: Any, *, source: str = "job spec", on_instance: bool = False) -> JobSpec:
         """Check and build. Raises BadInput with one line per problem, each naming `source` and the key.
         `on_instance`: also require what sync sets (checkpoint_uri, absolute workdir and status_path)."""
         if not isinstance(data, dict):
@@ -155,7 +156,7 @@ class JobSpec:
         )
 
     @classmethod
-    def load(cls, path: str | Path) -> "JobSpec":
+    def load(cls, path: str | Path) -> JobSpec:
         """The one loader for ``job.json`` on an instance (the agent and the trainer both use it)."""
         path = Path(path)
         try:

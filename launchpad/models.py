@@ -6,8 +6,9 @@ Recipes are pydantic (they come from users); everything launchpad makes itself i
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .jobspec import JobSpec
 
@@ -86,7 +87,7 @@ class Offer:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Offer":
+    def from_dict(cls, data: Mapping[str, Any]) -> Offer:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
@@ -122,7 +123,7 @@ class Instance:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Instance":
+    def from_dict(cls, data: Mapping[str, Any]) -> Instance:
         offer = data.get("offer")
         return cls(
             provider=data["provider"],
@@ -188,7 +189,7 @@ class JobProgress:
     warning: str | None = None  # e.g. "no local NVMe: pre-warming to the largest local disk"
 
     @classmethod
-    def from_status(cls, status: Mapping[str, Any], *, running: bool, exit_code: int | None) -> "JobProgress":
+    def from_status(cls, status: Mapping[str, Any], *, running: bool, exit_code: int | None) -> JobProgress:
         ckpt = status.get("last_checkpoint") or {}
         resumed = status.get("resumed_from") or {}
         prewarm = status.get("prewarm") or {}
@@ -205,7 +206,7 @@ class JobProgress:
             running=running,
             exit_code=exit_code,
             error=status.get("error"),
-            losses=tuple((int(s), float(l)) for s, l in status.get("losses", [])),
+            losses=tuple((int(s), float(loss)) for s, loss in status.get("losses", [])),
             prewarm_done_bytes=int(prewarm.get("done_bytes") or 0),
             prewarm_total_bytes=int(prewarm.get("total_bytes") or 0),
             warning=prewarm.get("warning"),

@@ -51,9 +51,9 @@ def get_plugin_manager() -> pluggy.PluginManager:
         # A misspelled hook implementation is a bug in the plugin: say so instead of ignoring it.
         pm.check_pending()
     except pluggy.PluginValidationError as e:
-        name = pm.get_name(e.plugin) or getattr(e.plugin, "__name__", "?")
+        broken = pm.get_name(e.plugin) or getattr(e.plugin, "__name__", "?")
         raise ConfigError(
-            f"plugin {name!r} is broken: {e}", hint=f"fix it, or set LAUNCHPAD_DISABLE_PLUGINS={name} to skip it"
+            f"plugin {broken!r} is broken: {e}", hint=f"fix it, or set LAUNCHPAD_DISABLE_PLUGINS={broken} to skip it"
         ) from None
     except ImportError as e:
         raise ConfigError(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
 
 from .errors import ProviderError
 from .models import (

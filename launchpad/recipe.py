@@ -436,9 +436,11 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
 def _check_deepspeed_config(recipe: Recipe, shown: str) -> None:
     """The DeepSpeed config, "auto" values filled from the recipe, through DeepSpeed's own validation
     (when installed): every bad field named, at validate time rather than on a rented GPU."""
-    from .errors import BadInput
     from .dsconfig import load_config, validate_config
+    from .errors import BadInput
 
+    if not recipe.deepspeed:
+        return
     try:
         problems = validate_config(load_config(recipe.deepspeed), recipe)
     except BadInput as e:

@@ -52,7 +52,7 @@ class LoopbackSshd:
         return {"address": "127.0.0.1", "port": self.port, "user": getpass.getuser(), "key": str(self.client_key),
                 "host_key": self.host_key, "python": sys.executable, "root": str(self.dir / "root")}
 
-    def start(self) -> "LoopbackSshd":
+    def start(self) -> LoopbackSshd:
         from .ssh.keys import generate_ed25519
 
         if not os.path.exists(SSHD):

@@ -134,9 +134,12 @@ class ExecFiles:
     """`CommandRunner`'s file methods over `run`/`stream` alone (POSIX sh, cat, wc, head, stat, touch
     on the machine). A transport mixes it in and supplies `run`, `stream` and `label`."""
 
-    label: str
     run: Callable[..., Result]
     stream: Callable[..., Iterator[bytes]]
+
+    @property
+    def label(self) -> str:  # supplied by the transport
+        raise NotImplementedError
 
     def put_file(self, local, remote, *, progress=None, mode=0o600) -> int:
         local = Path(local)

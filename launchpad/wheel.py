@@ -54,7 +54,9 @@ def _metadata(dist_name: str, package_dir: Path) -> tuple[str, str, str]:
 
 
 def _from_pyproject(path: Path, dist_name: str) -> tuple[str, str, str]:
-    import tomllib
+    import importlib
+
+    tomllib = importlib.import_module("tomllib")  # Python 3.11+; ImportError on 3.10 (the caller falls back)
 
     project = tomllib.loads(path.read_text(encoding="utf-8"))["project"]
     if project["name"] != dist_name:
@@ -117,7 +119,8 @@ def build_wheel(out_dir: str | os.PathLike | None = None, *, package_dir: str | 
     entries: list[tuple[str, bytes]] = [(f"{top}/{p.relative_to(package_dir).as_posix()}", p.read_bytes())
                                         for p in package_files(package_dir)]
     entries.append((f"{info}/METADATA", meta.encode()))
-    entries.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: launchpad.wheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
+    entries.append((f"{info}/WHEEL",
+                    b"Wheel-Version: 1.0\nGenerator: launchpad.wheel\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
     if entry_points:
         entries.append((f"{info}/entry_points.txt", entry_points.encode()))
     record = "".join(f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}\n" for name, data in entries)

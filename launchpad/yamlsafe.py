@@ -100,7 +100,7 @@ class _Loader(yaml.SafeLoader):
         self.composed = 0
         self.depth = 0
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         self.composed += 1
         self.depth += 1
         try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -11,6 +12,31 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Fixtures that start a server, by the marker that selects their tests (`-m "not sshd and not object_store"`
+# leaves them out). `any_store[file]` starts nothing: only its s3/gs/az cases are object_store tests.
+SERVER_FIXTURES = {
+    "sshd": {"launchpad_sshd", "sshd_pair", "sshd_nosftp", "lone_sshd"},
+    "object_store": {"s3_server", "gcs_server", "azurite_server", "server_env"},
+}
+
+
+def _starts(item: pytest.Item, fixtures: set[str]) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("any_store") == "file":
+        names.discard("server_env")  # requested by any_store, which on file:// starts no server
+        function = getattr(item, "function", None)
+        if function is not None and "server_env" in inspect.signature(function).parameters:
+            names.add("server_env")  # ... unless the test asks for it itself
+    return bool(names & fixtures)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, fixtures in SERVER_FIXTURES.items():
+            if _starts(item, fixtures):
+                item.add_marker(getattr(pytest.mark, marker))
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ BAD = [
     ("yaml-syntax", b"name: x\nbase_model: [a\nlr: : 1\n", ["line 3"]),
     ("not-a-mapping", b"- a\n- b\n", [""]),
     ("alias-bomb", ("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{c}: &{c} [{','.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))).encode(), ["d"]),
+        f"{c}: &{c} [{','.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))).encode(), ["d"]),
     ("duplicate-key", (GOOD + "max_steps: 6\n").encode(), ["max_steps"]),
     ("shell-name", GOOD.replace("cli-run", '"x; rm -rf /"').encode(), ["name"]),
     ("several", (GOOD + "learnin_rate: 1\nresources:\n  gpu: 'A100:x'\n  max_price: -2\nlearning_rate: -0.1\n").encode(),
@@ -60,7 +60,7 @@ def test_bad_recipe_exits_2_with_one_line_per_problem(project, content, fields):
     assert "Traceback" not in output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == len(fields), lines
-    for line, field in zip(lines, fields):
+    for line, field in zip(lines, fields, strict=True):
         assert line.startswith(f"recipes/bad.yaml: {field}"), line
 
 

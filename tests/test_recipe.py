@@ -25,7 +25,7 @@ max_steps: 10
 """
 
 BOMB = "".join(
-    [f'l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n']
+    ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n']
     + [f"l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9)]
 )
 

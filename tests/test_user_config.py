@@ -11,7 +11,7 @@ from launchpad.errors import ConfigError
 from launchpad.settings import load_user_config
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh")
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh", strict=True)
 ) + "providers: {local: {bomb: *h}}\n"
 
 

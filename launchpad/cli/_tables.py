@@ -8,8 +8,9 @@ columns are dropped, least useful first, until the rest fit; shortenable cells e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 _SHORTEST = 6  # a shortened cell keeps at least this many characters ("g2-st…")
 OPTIONAL = 5  # columns below this priority appear only on terminals wide enough for every cell

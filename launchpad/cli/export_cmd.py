@@ -18,7 +18,8 @@ from ._common import console, emit_json, err_console, esc, json_option
 @click.argument("job")
 @click.option("--out", "-o", type=click.Path(file_okay=False), default=None,
               help="Model folder to write (default: ./<job-id>-merged): new, empty, or one a previous export wrote.")
-@click.option("--step", type=click.IntRange(min=1), default=None, help="Export this checkpoint (default: the newest complete one).")
+@click.option("--step", type=click.IntRange(min=1), default=None,
+              help="Export this checkpoint (default: the newest complete one).")
 @click.option("--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), default="auto", show_default=True,
               help="Weights dtype; auto = the base model's own.")
 @json_option

@@ -197,8 +197,8 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     """
     from ..planner import plan as make_plan
     from ..planner import plan_to_json, rejection_summary
-    from ..recipe import load_recipe
     from ..plugins import configured_providers
+    from ..recipe import load_recipe
 
     r = load_recipe(recipe)
     usable, unavailable = configured_providers()

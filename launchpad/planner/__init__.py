@@ -17,7 +17,8 @@ estimate (scores, time, cost), core (constraints and ranking), build_catalog (th
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..models import Offer
 from .core import MINIMIZE, plan

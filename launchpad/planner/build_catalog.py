@@ -26,9 +26,9 @@ import ast
 import csv
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from launchpad.gpuspec import canonical_gpu_name
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..config_dir import config_path
 from ..models import Offer

@@ -1,9 +1,10 @@
 """plan(): recipe -> Need -> every offer filtered (each rejection keeps its reason) -> scored -> ranked.
 
 Order of the hard constraints (the first that fails is the reason shown): provider allow-list, accelerator
-kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, host RAM and vCPUs (`Need.host_ram_for`), multi-node capability, CUDA minimum, NVMe, stop capability,
-region, spot (no spot price / no spot market), price cap -- and only then "not configured", so an offer
-from an unconfigured provider is shown as "not configured" only when it would otherwise run the recipe;
+kind (GPU vs CPU, NVIDIA only), GPU spec, VRAM, host RAM and vCPUs (`Need.host_ram_for`), multi-node capability,
+CUDA minimum, NVMe, stop capability, region, spot (no spot price / no spot market), price cap -- and only then
+"not configured", so an offer from an unconfigured provider is shown as "not configured" only when it would otherwise
+run the recipe;
 one that could not run it anyway shows the real reason.
 
 Spot: `resources.spot` false = on-demand variants only, true = spot variants only (an offer without a spot
@@ -20,8 +21,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import BadInput, ProviderError
 from ..models import Capability, Offer
@@ -221,9 +223,9 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
         sources.append((name, offers, True))
     if include_catalog:
         cat = catalog if catalog is not None else load_catalog()
-        for name, offers in cat.items():
+        for name, listed in cat.items():
             if name not in configured and (not only or name in only):
-                sources.append((name, offers, False))
+                sources.append((name, listed, False))
 
     hook = _score_hook()
     ev = _Evaluator(need, capabilities, configured, unavailable, hook)
@@ -236,13 +238,13 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     shape, variant, region_ok = ev.shape, ev.variant, ev.region_ok
     check_region = bool(need.regions)
     add = rejected.append
-    for name, offers, is_conf in sources:
+    for name, source_offers, is_conf in sources:
         prov_reason = ev.provider_check(name)
         not_conf = None
         if not is_conf:
             why = unavailable.get(name) or f"no launchpad-{name} plugin installed"
             not_conf = f"{name}: not configured ({why})"
-        for o in offers:
+        for o in source_offers:
             if prov_reason is not None:
                 add(Rejection(o, prov_reason[1], prov_reason[0], is_conf))
                 continue

@@ -10,8 +10,9 @@ Everything here is a pure function of (offer shape, need): the planner caches it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..models import Offer
 from .catalog import Facts

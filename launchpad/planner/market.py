@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import BadInput, ProviderError
 from ..gpuspec import GpuSpec, check_gpu_names, parse_gpu_spec
@@ -31,7 +32,7 @@ def parse_wanted_gpu(text: str) -> GpuSpec:
     return spec
 
 
-def market(gpu: "str | GpuSpec | None" = None, *, spot: bool = False, regions: Sequence[str] = (),
+def market(gpu: str | GpuSpec | None = None, *, spot: bool = False, regions: Sequence[str] = (),
            providers: Mapping[str, Any] | None = None, only_providers: Sequence[str] = (),
            max_price: float | None = None, include_catalog: bool = True,
            catalog: Mapping[str, Sequence[Offer]] | None = None) -> list[MarketOffer]:

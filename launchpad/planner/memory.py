@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 GIB = float(2**30)
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit + 8-bit absmax per 64 + fp32 per 256 absmax blocks

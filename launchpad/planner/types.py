@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..models import Offer
 
@@ -22,7 +23,7 @@ class Need:
     with the default, a provider that can only terminate is fine, since checkpoints live in the object store.
     """
 
-    gpu: "GpuSpec | None" = None  # None: CPU offers qualify too (small models only, see cpu_max_params)
+    gpu: GpuSpec | None = None  # None: CPU offers qualify too (small models only, see cpu_max_params)
     gpu_text: str | None = None
     nodes: int = 1
     vram_gb: float | None = None
@@ -36,8 +37,8 @@ class Need:
     adapter: str = "lora"
     model: str = ""
     params: int = 0
-    shape: "ModelShape | None" = None
-    memory: "MemoryEstimate | None" = None
+    shape: ModelShape | None = None
+    memory: MemoryEstimate | None = None
     # Tokens to train: max_steps x tokens per step per GPU x world, or dataset tokens x epochs.
     max_steps: int | None = None
     tokens_per_step_per_gpu: int = 0

@@ -206,10 +206,10 @@ class SSHConnection(ExecFiles):
             raise ConnectionLost(f"ssh: connection to {self.target.label} dropped: {_reason(e)}") from None
         finally:
             chan.close()
-        out, err = out[0], err[0]
+        stdout, stderr = out[0], err[0]
         if rc == -1 and not self.alive:
             raise ConnectionLost(f"ssh: connection to {self.target.label} dropped while `{argv[0]}` ran")
-        result = Result(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        result = Result(rc, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
         if check and rc != 0:
             tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
             raise RemoteCommandFailed(f"ssh: `{_short(argv)}` on {self.target.label} exited {rc}: {' | '.join(tail)}", rc)
@@ -371,7 +371,7 @@ def _send(chan, stdin: Stdin) -> None:
 
 
 def _read_all(f) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         data = f.read(65536)
         if not data:

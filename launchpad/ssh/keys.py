@@ -7,6 +7,7 @@ shown or sent anywhere.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 from pathlib import Path
@@ -71,11 +72,13 @@ def load_private_key(path: str | os.PathLike):
 
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ConfigError(f"ssh key {path} does not exist", hint="fix `key:` in hosts.yaml, or leave it out to use launchpad's own key")
+        raise ConfigError(f"ssh key {path} does not exist",
+                          hint="fix `key:` in hosts.yaml, or leave it out to use launchpad's own key")
     try:
         return paramiko.PKey.from_path(path)
     except paramiko.PasswordRequiredException:
-        raise AuthError(f"ssh key {path} is encrypted", hint="add it to ssh-agent (`ssh-add`); launchpad never asks for passphrases") from None
+        raise AuthError(f"ssh key {path} is encrypted",
+                        hint="add it to ssh-agent (`ssh-add`); launchpad never asks for passphrases") from None
     except PermissionError:
         raise ConfigError(f"ssh key {path} is not readable (permission denied)") from None
     except (paramiko.SSHException, ValueError, UnicodeDecodeError) as e:
@@ -93,7 +96,7 @@ def parse_public_key(text: str):
     kind, data = parts[0], parts[1]
     try:
         blob = base64.b64decode(data, validate=True)
-    except (ValueError, base64.binascii.Error):
+    except (ValueError, binascii.Error):
         raise ValueError("the key part is not valid base64") from None
     try:
         key = paramiko.PKey.from_type_string(kind, blob)

@@ -102,16 +102,18 @@ def stop(workdir: Path, grace: float) -> int:
 
 
 def latest(workdir: Path) -> int:
-    from launchpad.storage import open_store
-    from launchpad.storage.checkpoints import latest_checkpoint
-
     from launchpad.errors import BadInput
     from launchpad.jobspec import JobSpec
+    from launchpad.storage import open_store
+    from launchpad.storage.checkpoints import latest_checkpoint
 
     try:
         spec = JobSpec.load(workdir / FILES["spec"])
     except BadInput:
         _print(None)  # nothing synced: no store known, no checkpoint
+        return 0
+    if spec.checkpoint_uri is None:
+        _print(None)  # no store known, no checkpoint
         return 0
     ref = latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
     _print(None if ref is None else {"uri": ref.uri, "step": ref.step, "files": ref.files, "bytes": ref.bytes})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput, StorageError, StorageUnavailable
 from ..plugins import hookimpl
@@ -103,6 +104,7 @@ class AzureBlobStore(ObjectStore):
             )
         endpoint = os.environ.get("AZURE_STORAGE_BLOB_ENDPOINT") or f"https://{account}.blob.core.windows.net"
         key = os.environ.get("AZURE_STORAGE_KEY")
+        credential: Any  # an account-key dict, or an azure-identity credential object
         if key:
             credential = {"account_name": account, "account_key": key}
         else:

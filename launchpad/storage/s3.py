@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import StorageError, StorageUnavailable
@@ -59,7 +60,7 @@ class S3Store(ObjectStore):
     def __init__(self, root_uri: str):
         super().__init__(root_uri)
         self.bucket = self.netloc
-        self._pool = None  # urllib3 pool of the ranged-GET fast path
+        self._pool: Any = None  # urllib3 pool of the ranged-GET fast path (urllib3 is imported lazily)
         self._plain: bool | None = None  # whether ranged GETs may use it
 
     # -- plumbing -------------------------------------------------------------------------------

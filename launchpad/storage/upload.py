@@ -76,8 +76,9 @@ def upload_tree(
                 if cancel.is_set():
                     fut.cancel()
         for fut in futures:
-            if not fut.cancelled() and fut.exception() is not None:
-                raise fut.exception()
+            error = None if fut.cancelled() else fut.exception()
+            if error is not None:
+                raise error
     elif progress:
         progress(total, total)
     return TransferStats(

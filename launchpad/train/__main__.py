@@ -33,12 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
     missing = missing_train_extra()
     if missing:
-        print(f"error: training needs the [train] extra (missing: {', '.join(missing)}): pip install 'launchpad[train]'", file=sys.stderr)
+        print(f"error: training needs the [train] extra (missing: {', '.join(missing)}): pip install 'launchpad[train]'",
+              file=sys.stderr)
         return 2
 
     from ..errors import LaunchpadError
-    from .spec import TrainJob
     from .distributed import status_writer
+    from .spec import TrainJob
     from .trainer import first_line, print_error, run
 
     try:

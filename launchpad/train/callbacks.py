@@ -6,8 +6,8 @@ They import transformers lazily through `make_callbacks`, so importing this modu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .status import StatusWriter
 from .upload import CheckpointUploader

@@ -15,8 +15,9 @@ every row is rendered to a `text` column.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import BadInput
 

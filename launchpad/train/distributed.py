@@ -168,7 +168,7 @@ def make_distributed_callbacks(ranks: Ranks, store, job_id: str, log: Callable[[
             dist.barrier()
             if ranks.is_main:
                 fetched = 0
-                for node, rels in sorted(wanted.items()):
+                for _node, rels in sorted(wanted.items()):
                     for rel in rels:
                         store.get_file(f"{key}/{rel}", folder / rel)
                         fetched += 1

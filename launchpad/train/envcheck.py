@@ -78,7 +78,8 @@ def collect() -> dict[str, Any]:
             env["gpus"].append({"name": p.name, "memory_gb": round(p.total_memory / 2**30, 1),
                                 "capability": f"{p.major}.{p.minor}"})
         try:
-            v = torch._C._cuda_getDriverVersion()  # e.g. 12040
+            # private API, absent from torch's type information; e.g. 12040
+            v = torch._C._cuda_getDriverVersion()  # type: ignore[attr-defined]
             env["driver_cuda"] = f"{v // 1000}.{(v % 1000) // 10}"
         except Exception:  # private API: absence is not a problem
             pass
@@ -106,11 +107,12 @@ def problems(recipe, env: dict[str, Any], *, deepspeed: bool = False) -> list[st
         out.append("deepspeed: the recipe uses DeepSpeed, which is not installed (pip install 'launchpad[train]')")
     if getattr(recipe, "flash_attention", "auto") is True:
         if not v["flash-attn"]:
-            out.append("flash_attention: true, but flash-attn is not installed (pip install flash-attn, or flash_attention: auto)")
+            out.append("flash_attention: true, but flash-attn is not installed "
+                       "(pip install flash-attn, or flash_attention: auto)")
         elif not gpus:
             out.append("flash_attention: true needs a CUDA GPU (use flash_attention: auto to fall back to SDPA)")
         else:
-            low = [g for g in gpus if _cuda_tuple(g["capability"]) < (8, 0)]
+            low = [g for g in gpus if (_cuda_tuple(g["capability"]) or (0,)) < (8, 0)]
             if low:
                 out.append(f"flash_attention: true needs compute capability >= 8.0; {low[0]['name']} has "
                            f"{low[0]['capability']} (use flash_attention: auto to fall back to SDPA)")
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     stderr when it cannot run here (the agent runs this while it pre-warms, before the trainer starts)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m launchpad.train.envcheck", description=main.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m launchpad.train.envcheck", description=(main.__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here (atomically)")
     parser.add_argument("--spec", type=Path, default=None, help="job spec whose recipe to check")
     args = parser.parse_args(argv)

@@ -21,8 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..jobspec import JobSpec
 
@@ -81,7 +82,7 @@ def trainer_command(
     spec_path = str(Path(spec_path).resolve())
     if not isinstance(spec, JobSpec):
         spec = JobSpec.from_json(dict(spec), source=spec_path)
-    nodes = [{"rank": n.rank, "address": n.address} for n in spec.nodes]
+    nodes: list[dict[str, Any]] = [{"rank": n.rank, "address": n.address} for n in spec.nodes]
     if nnodes is None:
         nnodes = len(nodes) or int((spec.recipe.get("resources") or {}).get("nodes") or 1)
     if node_rank is None:

@@ -54,12 +54,12 @@ class TrainJob:
         return self.workdir / "SAVE_NOW"
 
     @classmethod
-    def load(cls, path: str | Path) -> "TrainJob":
+    def load(cls, path: str | Path) -> TrainJob:
         """Read and check a job.json (through `launchpad.jobspec.JobSpec.load`). Raises BadInput."""
         return cls.from_spec(_Spec.load(path), source=str(path))
 
     @classmethod
-    def from_spec(cls, spec: _Spec, *, source: str = "job spec") -> "TrainJob":
+    def from_spec(cls, spec: _Spec, *, source: str = "job spec") -> TrainJob:
         from ..recipe import Recipe
 
         try:

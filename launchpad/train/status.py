@@ -82,7 +82,7 @@ class StatusWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, self._doc)
 
-    def start(self) -> "StatusWriter":
+    def start(self) -> StatusWriter:
         self.update()
         self._thread = threading.Thread(target=self._beat, name="launchpad-heartbeat", daemon=True)
         self._thread.start()

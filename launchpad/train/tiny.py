@@ -16,11 +16,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 NAME = "builtin:tiny-llama"
 SEED = 1234
 VOCAB_SIZE = 1024
-CONFIG = dict(
+CONFIG: dict[str, Any] = dict(
     vocab_size=VOCAB_SIZE,
     hidden_size=128,
     intermediate_size=256,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..models import CheckpointRef
 from ..storage import Store

@@ -47,7 +47,8 @@ def test_preemption_notice_saves_then_the_job_resumes_by_itself(run_cli, launchp
         configure_local(launchpad_home, preemption=["aws"], preemption_poll_seconds=0.2)
         recipe = write_recipe(tmp_path, "spot", max_steps=150, checkpoint={"every_steps": 1000, "keep": 2})
         env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": md.url}
-        import subprocess, os
+        import os
+        import subprocess
 
         up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(recipe)], cwd=REPO, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,

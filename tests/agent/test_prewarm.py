@@ -21,9 +21,11 @@ def test_dataset_and_model_uris_land_on_local_disk(tmp_path):
     snaps = []
     out = prewarm(r, tmp_path / "nvme", tmp_path / "work", report=snaps.append, warm_env=False)
     local_ds = out.recipe["datasets"][0]["path"]
-    assert local_ds.startswith(str(tmp_path / "nvme")) and open(local_ds, "rb").read() == (src / "data" / "train.jsonl").read_bytes()
+    assert local_ds.startswith(str(tmp_path / "nvme"))
+    assert open(local_ds, "rb").read() == (src / "data" / "train.jsonl").read_bytes()
     assert (tmp_path / "nvme").as_posix() in out.recipe["base_model"]
-    assert open(os.path.join(out.recipe["base_model"], "model.safetensors"), "rb").read() == (model / "model.safetensors").read_bytes()
+    weights = os.path.join(out.recipe["base_model"], "model.safetensors")
+    assert open(weights, "rb").read() == (model / "model.safetensors").read_bytes()
     assert snaps[-1]["done_bytes"] == snaps[-1]["total_bytes"] > 300_000
     assert set(out.parts) == {"dataset[0]", "model"}
 

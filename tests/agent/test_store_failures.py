@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.object_store]  # starts moto_server itself
 
 
 def recipe(tmp_path: Path, name: str, uri: str, **changes) -> Path:

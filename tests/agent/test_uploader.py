@@ -10,7 +10,7 @@ def make_checkpoint(root, step, size=1000):
     d = root / f"output/checkpoint-{step}"
     d.mkdir(parents=True)
     (d / "adapter_model.safetensors").write_bytes(bytes([step % 256]) * size)
-    (d / "trainer_state.json").write_text('{"global_step": %d}' % step)
+    (d / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
     return d
 
 

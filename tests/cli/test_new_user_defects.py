@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_plan_cmds import QLORA_8B, REPO
+
 
 def _recipe(tmp_path: Path, gpu: str) -> str:
     data = dict(QLORA_8B)
@@ -88,12 +88,13 @@ def test_offers_l4_cheapest_matches_skypilot(run_cli) -> None:
 def _render(renderable_or_fn, width: int) -> list[str]:
     from rich.console import Console
 
-    con = Console(file=io.StringIO(), width=width, highlight=False, color_system=None)
+    out = io.StringIO()
+    con = Console(file=out, width=width, highlight=False, color_system=None)
     if callable(renderable_or_fn):
         renderable_or_fn(con)
     else:
         con.print(renderable_or_fn)
-    return con.file.getvalue().splitlines()
+    return out.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("width", [80, 160])
@@ -125,7 +126,7 @@ def test_jobs_table_never_cuts_the_id_or_state(width) -> None:
              "created_at": None} for i in ids]
     lines = _render(lambda con: render_jobs(rows, con), width)
     assert len(lines) == 3 + len(rows) and all(len(line) <= width for line in lines)
-    for job_id, line in zip(ids, lines[3:]):
+    for job_id, line in zip(ids, lines[3:], strict=True):
         assert job_id in line and "SUCCEEDED" in line
 
 

@@ -29,7 +29,7 @@ VAST = """InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,
 1x-A100_SXM4-32-65536,A100,1,32,64.0,"{'Gpus': [{'Name': 'A100', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 81920}}], 'TotalGpuMemoryInMiB': 81920}",0.93,0.00,"Czechia, CZ, EU"
 2x-A100_SXM4-32-65536,A100,2,32,64.0,"{'Gpus': [{'Name': 'A100', 'Count': 2, 'MemoryInfo': {'SizeInMiB': 81920}}], 'TotalGpuMemoryInMiB': 81920}",1.87,0.00,"Germany, DE, EU"
 1x-RTX_6000Ada-32-65536,RTX6000-Ada,1,32,64.0,"{'Gpus': [{'Name': 'RTX6000-Ada', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 49140}}], 'TotalGpuMemoryInMiB': 49140}",0.7,0.31,"Texas, US, NA"
-"""
+"""  # noqa: E501 (verbatim catalog rows)
 FLUID = ("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\r\n"
          "H100_PCIE_80GB::1,H100,1,28,180.0,2.89,CANADA,\"{'Gpus': [{'Name': 'H100', 'Count': 1, 'MemoryInfo': "
          "{'SizeInMiB': 81920}}], 'TotalGpuMemoryInMiB': 81920}\",\r\n")
@@ -41,7 +41,7 @@ Standard_NC12s_v3,V100,2,12,224,V100,8.468,1.564886,eastus,"V1,V2"
 AWS = """InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch
 g6f.large,L4,0.125,2.0,8.0,,0.2,,us-east-1,us-east-1a,x86_64
 g5.xlarge,A10G,1.0,4.0,16.0,"{'Gpus': [{'Name': 'A10G', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 22888}}], 'TotalGpuMemoryInMiB': 22888}",1.006,0.45,us-east-1,us-east-1a,x86_64
-"""
+"""  # noqa: E501 (verbatim catalog rows)
 
 
 @pytest.fixture

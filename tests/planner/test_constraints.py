@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from planner_helpers import gpu_offer, static_provider
 
 from launchpad.models import Capability
 from launchpad.planner import plan
-
-from planner_helpers import gpu_offer, static_provider
 
 
 def run(recipe, *offers, unsupported=None, name="p", **kw):

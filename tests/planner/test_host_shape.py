@@ -4,10 +4,9 @@ on the committed catalog snapshot (GCP sells one L4 on g2-standard-4, 8, 12, 16 
 from __future__ import annotations
 
 import pytest
+from planner_helpers import gpu_offer, static_provider
 
 from launchpad.planner import plan
-
-from planner_helpers import gpu_offer, static_provider
 
 
 def _best_gcp(write_recipe, **fields):

@@ -10,6 +10,7 @@ import pytest
 
 from launchpad.planner.memory import (
     MODEL_SHAPES,
+    ModelShape,
     TrainSetup,
     estimate_memory,
     model_shape,
@@ -20,20 +21,26 @@ from launchpad.planner.memory import (
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B"
 
 
+def shape_of(base_model: str, base_dir: Path | None = None) -> ModelShape:
+    shape = model_shape(base_model, base_dir=base_dir)
+    assert shape is not None, base_model
+    return shape
+
+
 def gb(adapter: str, seq: int = 2048, mbs: int = 1, world: int = 1, **kw) -> float:
-    shape = model_shape(LLAMA3_8B)
+    shape = shape_of(LLAMA3_8B)
     setup = TrainSetup(adapter=adapter, sequence_len=seq, micro_batch_size=mbs, gradient_checkpointing=True, **kw)
     return estimate_memory(shape, setup).per_gpu_gb(world)
 
 
 def test_param_counts_match_the_published_models() -> None:
-    assert model_shape(LLAMA3_8B).params == pytest.approx(8.03e9, rel=0.005)
-    assert model_shape("meta-llama/Meta-Llama-3-70B-Instruct").params == pytest.approx(70.6e9, rel=0.01)
-    assert model_shape("mistralai/Mistral-7B-v0.1").params == pytest.approx(7.24e9, rel=0.01)
-    assert model_shape("Qwen/Qwen2-7B").params == pytest.approx(7.62e9, rel=0.01)
-    assert model_shape("microsoft/Phi-3-mini-4k-instruct").params == pytest.approx(3.82e9, rel=0.01)
+    assert shape_of(LLAMA3_8B).params == pytest.approx(8.03e9, rel=0.005)
+    assert shape_of("meta-llama/Meta-Llama-3-70B-Instruct").params == pytest.approx(70.6e9, rel=0.01)
+    assert shape_of("mistralai/Mistral-7B-v0.1").params == pytest.approx(7.24e9, rel=0.01)
+    assert shape_of("Qwen/Qwen2-7B").params == pytest.approx(7.62e9, rel=0.01)
+    assert shape_of("microsoft/Phi-3-mini-4k-instruct").params == pytest.approx(3.82e9, rel=0.01)
     # the builtin demo model (launchpad/train/tiny.py): hidden 128, 2 layers, 4 heads, 2 KV heads, vocab 1024 -> 0.56M
-    tiny = model_shape("builtin:tiny-llama")
+    tiny = shape_of("builtin:tiny-llama")
     assert (tiny.hidden, tiny.intermediate, tiny.layers, tiny.heads, tiny.kv_heads, tiny.vocab) == (
         128, 256, 2, 4, 2, 1024)
     assert tiny.params == pytest.approx(0.56e6, rel=0.01)
@@ -50,7 +57,7 @@ def test_axolotl_ranges_for_8b() -> None:
 def test_ordering_and_knobs_move_the_estimate_the_right_way() -> None:
     assert gb("qlora") < gb("lora") < gb("full")
     assert gb("qlora", mbs=4) > gb("qlora", mbs=1)
-    shape = model_shape(LLAMA3_8B)
+    shape = shape_of(LLAMA3_8B)
     no_gc = estimate_memory(shape, TrainSetup(adapter="lora", gradient_checkpointing=False)).per_gpu_gb()
     gc = estimate_memory(shape, TrainSetup(adapter="lora", gradient_checkpointing=True)).per_gpu_gb()
     assert no_gc > gc + 5
@@ -79,10 +86,10 @@ def test_local_config_json_wins(tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps({
         "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
         "num_key_value_heads": 4, "vocab_size": 2000, "tie_word_embeddings": True}))
-    shape = model_shape(str(model))
+    shape = shape_of(str(model))
     assert (shape.hidden, shape.layers, shape.vocab, shape.tied_embeddings) == (256, 4, 2000, True)
-    assert model_shape("my-model", base_dir=tmp_path).hidden == 256
-    assert model_shape(f"file://{model}").hidden == 256
+    assert shape_of("my-model", base_dir=tmp_path).hidden == 256
+    assert shape_of(f"file://{model}").hidden == 256
 
 
 def test_unknown_and_size_named_models() -> None:

@@ -5,11 +5,11 @@ providers.yaml, so its facts are the defaults: boot 120 s, 10 GB in 100 s, egres
 from __future__ import annotations
 
 import pytest
+from planner_helpers import gpu_offer, static_provider
 
 from launchpad.planner import blocked, plan, plan_to_json, rejection_summary
 from launchpad.planner.estimate import DIMENSIONS
 from launchpad.planner.settings import planner_settings
-from planner_helpers import gpu_offer, static_provider
 
 P_8B = 8_030_261_248  # Llama-3-8B parameters, from the bundled shape
 DATASET_BYTES = 10_000_000 * 4.0  # a hub dataset: 10M tokens assumed, 4 bytes per token

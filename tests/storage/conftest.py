@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -36,7 +37,7 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)  # what a client needs to reach it
 
 
-def _missing(what: str, install: str) -> None:
+def _missing(what: str, install: str) -> NoReturn:
     message = f"{what} is not installed ({install})"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{message}: CI must install it", pytrace=False)

@@ -92,8 +92,8 @@ def test_zero3_resume_continues_the_same_curve(tmp_path, env, zero2):
 
 
 def test_presets_validate_and_fill_auto_from_the_recipe():
-    from launchpad.recipe import load_recipe
     from launchpad import dsconfig
+    from launchpad.recipe import load_recipe
 
     recipe = load_recipe(REPO / "recipes" / "full-deepspeed-8b.yaml")
     for name in dsconfig.PRESETS:

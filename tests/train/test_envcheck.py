@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainrun import (
@@ -30,7 +31,8 @@ SMOKE = REPO / "recipes" / "smoke-lora.yaml"
 
 def env_of(**changes) -> dict:
     """A machine description in collect()'s shape (data, as env.json holds it)."""
-    env = {"versions": {"torch": "2.5.1+cu121", "bitsandbytes": "0.45.0", "deepspeed": "0.16.0", "flash-attn": "2.7.0",
+    env: dict[str, Any] = {
+           "versions": {"torch": "2.5.1+cu121", "bitsandbytes": "0.45.0", "deepspeed": "0.16.0", "flash-attn": "2.7.0",
                         "transformers": "4.56.0"},
            "torch_cuda": "12.1", "cuda_available": True, "driver": "550.54", "driver_cuda": "12.4",
            "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory_gb": 39.4, "capability": "8.0"}]}

@@ -55,7 +55,7 @@ def test_multi_node_gets_rank_master_and_a_hostfile(tmp_path):
     nodes = [{"rank": 1, "address": "10.0.0.6"}, {"rank": 0, "address": "10.0.0.5"}]
     path, spec = _spec(tmp_path, overrides={"resources.nodes": 2}, nodes=nodes, node_rank=1, master_port=29511)
     argv, _ = trainer_command(path, spec, nproc_per_node=8)
-    opts = dict(zip(argv[3:-4:2], argv[4:-4:2]))
+    opts = dict(zip(argv[3:-4:2], argv[4:-4:2], strict=True))
     assert opts == {"--nproc_per_node": "8", "--nnodes": "2", "--node_rank": "1", "--master_addr": "10.0.0.5",
                     "--master_port": "29511"}
     assert (tmp_path / "hostfile").read_text() == "10.0.0.5 slots=8\n10.0.0.6 slots=8\n"

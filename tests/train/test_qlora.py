@@ -76,7 +76,8 @@ def test_qlora_8b_recipe_validates_and_plans(run_cli):
     from launchpad.recipe import load_recipe
 
     r = load_recipe(REPO / "recipes" / "qlora-8b.yaml")
-    assert (r.adapter, r.lora_r, r.lora_alpha, r.lora_dropout, r.lora_target_modules) == ("qlora", 64, 16, 0.05, ["q_proj", "v_proj"])
+    assert (r.adapter, r.lora_r, r.lora_alpha, r.lora_dropout, r.lora_target_modules) == (
+        "qlora", 64, 16, 0.05, ["q_proj", "v_proj"])
     assert (r.learning_rate, r.micro_batch_size, r.gradient_accumulation_steps, r.num_epochs) == (2e-4, 4, 8, 3)
     assert r.bf16 is True and r.checkpoint.every_steps == 100 and r.optimizer == "paged_adamw_8bit"
     plan = run_cli("plan", "recipes/qlora-8b.yaml", "--json")

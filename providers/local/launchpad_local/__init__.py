@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from launchpad.agent import FILES, pid_alive
 from launchpad.agent.workdir import job_state
@@ -161,7 +161,7 @@ class LocalProvider(Provider):
                     yield line.rstrip("\n")
                     continue
                 if not follow or not self.progress(instance).running:
-                    yield from (l.rstrip("\n") for l in f.readlines())
+                    yield from (line.rstrip("\n") for line in f.readlines())
                     return
                 time.sleep(0.2)
 
@@ -178,6 +178,8 @@ class LocalProvider(Provider):
         if not path.exists():
             return None  # never synced: no store known, no checkpoint
         spec = JobSpec.load(path)
+        if spec.checkpoint_uri is None:
+            return None  # no store known, no checkpoint
         return latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:

@@ -137,7 +137,10 @@ class HostsFile(BaseModel):
     hosts: list[Host] = Field(default_factory=list)
     checkpoint_uri: str | None = None
 
-    _uri = field_validator("checkpoint_uri")(Host._uri.__func__)
+    @field_validator("checkpoint_uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        return Host._uri(v)
 
     @model_validator(mode="after")
     def _unique(self) -> HostsFile:

@@ -1,7 +1,7 @@
 import pytest
+from launchpad_local import LocalProvider
 
 from launchpad.testing import ProviderConformance
-from launchpad_local import LocalProvider
 
 
 class TestLocalConformance(ProviderConformance):

@@ -4,6 +4,8 @@ import pytest
 
 from launchpad.testing import ProviderConformance
 
+pytestmark = pytest.mark.sshd
+
 
 class TestSSHConformance(ProviderConformance):
     @pytest.fixture

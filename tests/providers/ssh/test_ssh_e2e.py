@@ -21,7 +21,7 @@ from launchpad.storage.checkpoints import latest_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 
 def make_recipe(tmp_path: Path, name: str, steps: int, every: int, **extra) -> tuple[Path, str]:

@@ -11,12 +11,13 @@ import pytest
 import yaml
 from ssh_servers import assert_private, host_entry, write_hosts
 
+from launchpad.jobspec import JobSpec
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec
 from launchpad.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 
 def bundle(tmp_path: Path, job_id: str, dataset: Path, steps: int) -> Bundle:
@@ -28,7 +29,7 @@ def bundle(tmp_path: Path, job_id: str, dataset: Path, steps: int) -> Bundle:
     path.write_text(yaml.safe_dump(data))
     spec = {"job_id": job_id, "recipe": load_recipe(path).model_dump(mode="json"),
             "checkpoint_uri": (tmp_path / "ckpt").as_uri(), "max_steps": steps}
-    return Bundle(job_spec=spec, recipe_text=path.read_text(), env={})
+    return Bundle(job_spec=JobSpec.from_json(spec), recipe_text=path.read_text(), env={})
 
 
 def test_a_host_without_sftp_runs_the_whole_job_over_exec(launchpad_home, sshd_nosftp, client_key, tmp_path):

@@ -14,6 +14,7 @@ import yaml
 from ssh_servers import assert_private, free_port, host_entry, write_hosts
 
 from launchpad.errors import NoCapacity
+from launchpad.jobspec import JobSpec
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec, InstanceState, TeardownMode
 from launchpad.recipe import load_recipe
 
@@ -39,7 +40,7 @@ def bundle_for(tmp_path: Path, job_id: str, dataset: Path, env: dict | None = No
     recipe = load_recipe(path)
     job_spec = {"job_id": job_id, "recipe": recipe.model_dump(mode="json"),
                 "checkpoint_uri": (tmp_path / "ckpt").as_uri(), "max_steps": 2}
-    return Bundle(job_spec=job_spec, recipe_text=path.read_text(), env=env or {})
+    return Bundle(job_spec=JobSpec.from_json(job_spec), recipe_text=path.read_text(), env=env or {})
 
 
 def test_two_jobs_never_claim_the_same_host(ssh_provider):
