@@ -18,9 +18,9 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from .errors import JobBusy
 
@@ -52,7 +52,8 @@ class JobLocks:
             except BlockingIOError:
                 os.close(fd)
                 raise JobBusy(f"{job_id} is being run by another launchpad process right now",
-                              hint=f"follow it with `launchpad logs {job_id} -f`, or stop it with `launchpad down {job_id}`")
+                              hint=f"follow it with `launchpad logs {job_id} -f`, or stop it with `launchpad down {job_id}`",
+                              ) from None
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
             with self._mutex:

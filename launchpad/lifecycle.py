@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from .errors import (
     AuthError,
@@ -510,11 +511,13 @@ def _blocker(failed: Offer, scope: str) -> Callable[[Offer], bool]:
 def _plan_json(planned) -> str:
     import json
 
-    return json.dumps([{"offer": r.offer.to_dict(), "est_cost": r.est_cost, "est_hours": r.est_hours} for r in planned.ranked[:20]])
+    return json.dumps([{"offer": r.offer.to_dict(), "est_cost": r.est_cost, "est_hours": r.est_hours}
+                       for r in planned.ranked[:20]])
 
 
 def _top_reasons(rejected, n: int = 3) -> list[str]:
     from collections import Counter
 
     counts = Counter(r.reason for r in rejected)
-    return [f"{reason} ({count} offers)" if count > 1 else reason for reason, count in counts.most_common(n)] or ["no offers at all"]
+    return ([f"{reason} ({count} offers)" if count > 1 else reason for reason, count in counts.most_common(n)]
+            or ["no offers at all"])

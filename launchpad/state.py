@@ -11,9 +11,10 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import BadInput, JobNotFound, StateError
 from .jobspec import JobSpec
@@ -137,7 +138,7 @@ class StateDB:
             raise StateError(f"cannot open the state database {self.path}: {e}") from None
 
     @classmethod
-    def open(cls) -> "StateDB":
+    def open(cls) -> StateDB:
         from .settings import state_url
 
         url = state_url()

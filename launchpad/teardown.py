@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .errors import LaunchpadError, NotYetTerminated, ProviderError, TeardownIncomplete
 from .models import Instance, InstanceState, JobState, TeardownMode

@@ -63,8 +63,7 @@ def schema() -> None:
 @json_option
 def check(as_json: bool) -> None:
     """Installed provider plugins: usable here, or why not (like `sky check`)."""
-    from ..plugins import get_provider_classes, plugin_names
-    from ..plugins import configured_providers
+    from ..plugins import configured_providers, get_provider_classes, plugin_names
 
     usable, unavailable = configured_providers()
     dists = {name: dist for name, dist in plugin_names()}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 from ..plugins import configured_providers, provider_for
 from ._common import console, err_console, esc
@@ -44,9 +48,12 @@ class RichReporter:
     """Phase lines, then one progress bar for training (step/total, loss, tokens/s)."""
 
     def __init__(self) -> None:
-        self._progress = None
-        self._task = None
-        self._prewarm = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._prewarm: Progress | None = None
+        self._prewarm_task: TaskID | None = None
+        self._upload: Progress | None = None
+        self._upload_tasks: dict[str, TaskID] = {}
         self._last_ckpt: int | None = None
         self._warned = False
 
@@ -73,7 +80,7 @@ class RichReporter:
             self._last_ckpt = p.last_checkpoint_step
         if p.total_steps is None and p.step == 0:
             return
-        if self._progress is None:
+        if self._progress is None or self._task is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._progress = Progress(
@@ -90,22 +97,23 @@ class RichReporter:
 
     def transfer(self, what: str, done: int, total: int) -> None:
         """Upload progress while syncing to a VM (wheel, job files, local datasets)."""
-        if getattr(self, "_upload", None) is None:
+        upload = self._upload
+        if upload is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-            self._upload = Progress(TextColumn("[bold]upload {task.description}"), BarColumn(), DownloadColumn(),
-                                    TransferSpeedColumn(), console=console(), transient=True)
-            self._upload.start()
-            self._upload_tasks: dict[str, int] = {}
+            upload = self._upload = Progress(TextColumn("[bold]upload {task.description}"), BarColumn(),
+                                             DownloadColumn(), TransferSpeedColumn(), console=console(), transient=True)
+            upload.start()
+            self._upload_tasks = {}
         if what not in self._upload_tasks:
-            self._upload_tasks[what] = self._upload.add_task(what, total=total)
-        self._upload.update(self._upload_tasks[what], completed=done, total=total)
-        if all(t.finished for t in self._upload.tasks):
-            self._upload.stop()
+            self._upload_tasks[what] = upload.add_task(what, total=total)
+        upload.update(self._upload_tasks[what], completed=done, total=total)
+        if all(t.finished for t in upload.tasks):
+            upload.stop()
             self._upload = None
 
     def _show_prewarm(self, p) -> None:
-        if self._prewarm is None:
+        if self._prewarm is None or self._prewarm_task is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
             self._prewarm = Progress(TextColumn("[bold]pre-warm"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),

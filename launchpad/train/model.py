@@ -40,7 +40,7 @@ class Precision:
     def dtype(self) -> str:
         return "bfloat16" if self.bf16 else "float16" if self.fp16 else "float32"
 
-    def as_args(self) -> dict[str, bool]:
+    def as_args(self) -> dict[str, Any]:
         return {"bf16": self.bf16, "fp16": self.fp16}
 
 

@@ -25,10 +25,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..dsconfig import zero_stage
 from ..errors import BadInput, StorageError
 from ..storage import open_store
 from .distributed import Ranks, node_lock
-from ..dsconfig import zero_stage
 from .envcheck import check_environment, summary
 from .model import (
     Precision,
@@ -126,7 +126,8 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
     r = spec.recipe
     max_steps = spec.total_steps_override
     # Always explicit: TRL defaults it to True. transformers 5 renamed it (the old name warns).
-    name = "activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__ else "gradient_checkpointing"
+    fields = SFTConfig.__dataclass_fields__
+    name = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     checkpointing = uses_gradient_checkpointing(r)
     ckpt: dict[str, Any] = {name: checkpointing}
     if checkpointing:
@@ -173,7 +174,7 @@ def _resume_checkpoint(spec: TrainJob, store, ranks: Ranks, status: StatusWriter
     with node_lock(spec.workdir / ".resume.lock"):
         # The newest checkpoint that verifies: a corrupt newest one is skipped with a warning, not retried for ever.
         ref, dest = download_for_resume(store, spec.job_id, spec.workdir / "resume", log=log)
-        if ref is None:
+        if ref is None or dest is None:
             return None, None
         if ranks.is_node_main:
             # Local checkpoint-N folders of an earlier attempt may be half-written: the store is the truth.
@@ -266,9 +267,12 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         callbacks=[*before, *make_callbacks(status, uploader, save_now, log=log), *after],
     )
     trainer.remove_callback(PrinterCallback)  # our ProgressCallback prints one line per logging step
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in trainer.model.parameters())
-    log(f"training {trainable:,} of {total:,} parameters ({prec.dtype}, optimizer {args.optim.value if hasattr(args.optim, 'value') else args.optim}); "
+    assert trainer.model is not None  # SFTTrainer was given one
+    params = list(trainer.model.parameters())
+    trainable = sum(int(p.numel()) for p in params if p.requires_grad)
+    total = sum(int(p.numel()) for p in params)
+    optim_name = args.optim.value if hasattr(args.optim, "value") else args.optim
+    log(f"training {trainable:,} of {total:,} parameters ({prec.dtype}, optimizer {optim_name}); "
         f"ready in {time.monotonic() - t0:.1f}s")
     t1 = time.monotonic()
     try:

@@ -148,7 +148,8 @@ def test_committed_snapshot_covers_seven_clouds_with_the_traps_handled() -> None
     assert all(o.gpu and o.gpu_count >= 1 for offers in cat.values() for o in offers)
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="needs SkyPilot-format catalogs: set LAUNCHPAD_CATALOG_SOURCE=DIR (one folder per cloud with vms.csv), or have ../shared/catalog beside the checkout")
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs SkyPilot-format catalogs: set LAUNCHPAD_CATALOG_SOURCE=DIR "
+                    "(one folder per cloud with vms.csv), or have ../shared/catalog beside the checkout")
 def test_committed_snapshot_is_what_the_builder_makes(tmp_path: Path) -> None:
     main([str(SHARED), str(tmp_path)])
     for csv_path in sorted((REPO / "configs" / "catalog").glob("*.csv")):

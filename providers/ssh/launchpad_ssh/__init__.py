@@ -56,7 +56,8 @@ root=$1 owner=$2 job=$3
 mkdir -p -- "$root" || exit 3
 if mkdir -- "$root/claim" 2>/dev/null; then
   printf '%s\n' "$job" > "$root/claim/job" &&
-  printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" && mv -f -- "$root/claim/owner.json.tmp" "$root/claim/owner.json" || { rm -rf -- "$root/claim"; exit 4; }
+  printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" &&
+  mv -f -- "$root/claim/owner.json.tmp" "$root/claim/owner.json" || { rm -rf -- "$root/claim"; exit 4; }
   echo claimed; exit 0
 fi
 if [ -f "$root/claim/owner.json" ]; then echo held; cat -- "$root/claim/owner.json"; exit 0; fi
@@ -214,7 +215,9 @@ class SSHProvider(VMProvider):
         port = int(self.config.get("master_port") or 29500 + digest % 1000)  # two jobs on one master: no clash
         instance = replace(instance, data={**instance.data, "nodes": nodes, "master_port": port})
         for n in nodes:  # every claim records the whole job, so instances() finds it from any node
-            self._write_owner(self.host(n["host"]), n["root"], spec, instance)
+            node_host = self.host(n["host"])
+            assert node_host is not None  # claimed a moment ago from this very hosts.yaml
+            self._write_owner(node_host, n["root"], spec, instance)
         return instance
 
     def _instance(self, instance_id: str, host: Host, spec: InstanceSpec, offer: Offer, root: str | None) -> Instance:
@@ -226,6 +229,12 @@ class SSHProvider(VMProvider):
         }
         return Instance(provider=self.name, id=instance_id, job_id=spec.job_id, state=InstanceState.RUNNING,
                         offer=offer, address=host.address, created_at=time.time(), data=data)
+
+    def _root_on(self, conn, host: Host) -> str:
+        """The host's launchpad root as an absolute path (created if missing)."""
+        if host.root and host.root.startswith("/"):
+            return host.root
+        return resolve_root(conn, host.root or self.default_root)
 
     @staticmethod
     def _node_address(host: Host) -> str:
@@ -242,7 +251,7 @@ class SSHProvider(VMProvider):
         except ProviderError as e:  # down or unreachable: try the next host
             raise NoCapacity(f"{host.name} is unreachable: {e}", provider=self.name) from None
         with conn:
-            root = host.root if (host.root or "").startswith("/") else resolve_root(conn, host.root or self.default_root)
+            root = self._root_on(conn, host)
             instance = make(root)
             owner = json.dumps({"job_id": spec.job_id, "token": spec.token, "instance": instance.to_dict(),
                                 "client": socket.gethostname(), "claimed_at": time.time()})
@@ -338,7 +347,7 @@ class SSHProvider(VMProvider):
         def claimed(host: Host) -> Instance | None:
             try:
                 with self._open(host, timeout=min(10.0, host.connect_timeout)) as conn:
-                    root = host.root if (host.root or "").startswith("/") else resolve_root(conn, host.root or self.default_root)
+                    root = self._root_on(conn, host)
                     owner = self._read_claim(conn, root)
             except LaunchpadError as e:
                 log.warning("ssh: skipping %s: %s", host.name, e)
