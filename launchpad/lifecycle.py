@@ -28,6 +28,7 @@ from .errors import (
     NoFeasibleOffer,
     ProviderError,
 )
+from .failover import blocker, duration, plan_json, top_reasons
 from .joblock import JobLocks
 from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
@@ -134,7 +135,7 @@ class Lifecycle(TeardownSteps):
         spec = JobSpec.from_recipe(job_id, recipe, max_steps=max_steps, deepspeed_config=_deepspeed_config(recipe))
         self.db.create_job(recipe.name, getattr(recipe, "source_path", None), spec, recipe_text,
                            JobOptions(only_provider=provider, minimize=minimize))
-        self.db.update_job(job_id, plan_json=_plan_json(planned))
+        self.db.update_job(job_id, plan_json=plan_json(planned))
         return job_id
 
     def plan(self, recipe, *, provider: str | None = None, minimize: str = "cost"):
@@ -147,7 +148,7 @@ class Lifecycle(TeardownSteps):
             recipe = recipe.model_copy(update={"resources": recipe.resources.model_copy(update={"providers": [provider]})})
         planned = make_plan(recipe, self.providers, self.unavailable, minimize=minimize)
         if not planned.ranked:
-            reasons = _top_reasons(planned.rejected)
+            reasons = top_reasons(planned.rejected)
             raise NoFeasibleOffer(f"no offer fits {recipe.name}: " + "; ".join(reasons), rejected=list(planned.rejected))
         return planned
 
@@ -236,10 +237,10 @@ class Lifecycle(TeardownSteps):
             self.db.set_instance_state(inst, state)
         recipe = job.spec.recipe_model()
         planned = self.plan(recipe, provider=job.options.only_provider, minimize=job.options.minimize)
-        self.db.update_job(job_id, plan_json=_plan_json(planned))
+        self.db.update_job(job_id, plan_json=plan_json(planned))
         best = planned.ranked[0]
         self.reporter.info(f"plan: {len(planned.ranked)} feasible offer(s); best {best.offer.label} at "
-                           f"${best.offer.price:.2f}/h, est. {_duration(best.est_hours * 3600)}, ${best.est_cost:.2f}")
+                           f"${best.offer.price:.2f}/h, est. {duration(best.est_hours * 3600)}, ${best.est_cost:.2f}")
         self._transition(job_id, JobState.PROVISIONING)
         events = list(self.db.events(job_id))
         attempts = [e for e in events if e["kind"] == "provision:attempt"]
@@ -271,7 +272,7 @@ class Lifecycle(TeardownSteps):
                 self._event(job_id, "provision:failed", offer=offer.label, reason=str(e), scope=scope)
                 self.reporter.warn(f"{offer.label}: {e} — skipping this {scope}")
                 failures.append(f"{offer.label}: {e}")
-                blocked.append(_blocker(offer, scope))
+                blocked.append(blocker(offer, scope))
                 continue
             with self.locks.step(job_id):
                 self.db.record_instance(instance)
@@ -484,40 +485,7 @@ def _deepspeed_config(recipe) -> dict | None:
     return load_config(recipe.deepspeed)
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _environ() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-def _blocker(failed: Offer, scope: str) -> Callable[[Offer], bool]:
-    if scope == "provider":
-        return lambda o: o.provider == failed.provider
-    if scope == "region":
-        return lambda o: o.provider == failed.provider and o.region == failed.region
-    if scope == "zone":
-        return lambda o: o.provider == failed.provider and o.region == failed.region and o.zone == failed.zone
-    return lambda o: o == failed
-
-
-def _plan_json(planned) -> str:
-    import json
-
-    return json.dumps([{"offer": r.offer.to_dict(), "est_cost": r.est_cost, "est_hours": r.est_hours}
-                       for r in planned.ranked[:20]])
-
-
-def _top_reasons(rejected, n: int = 3) -> list[str]:
-    from collections import Counter
-
-    counts = Counter(r.reason for r in rejected)
-    return ([f"{reason} ({count} offers)" if count > 1 else reason for reason, count in counts.most_common(n)]
-            or ["no offers at all"])
