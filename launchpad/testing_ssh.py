@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -28,48 +28,48 @@ def free_port() -> int:
 
 @dataclass
 class LoopbackSshd:
-    """One `sshd -D` on 127.0.0.1:`port`; `config()` gives the settings a VM provider needs to reach it."""
+    """One `sshd -D` on 127.0.0.1:`port`; `config()` gives the settings a VM provider needs to reach it.
+    With `authorized_keys` unset, it makes its own client key (`client_key`) and authorises it."""
 
     dir: Path
-    port: int = 0
-    sftp: bool = True  # False: a host without the SFTP subsystem
+    name: str = "sshd"
+    authorized_keys: Path | None = None
+    port: int = field(default_factory=free_port)
+    sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
     proc: subprocess.Popen | None = None
 
     @property
-    def host_key_path(self) -> Path:
+    def host_key_file(self) -> Path:
         return self.dir / "ssh_host_ed25519_key"
 
     @property
     def client_key(self) -> Path:
         return self.dir / "client" / "id_ed25519"
 
-    @property
-    def host_key(self) -> str:
+    def host_key_line(self) -> str:
         """The pinned host key line, ``ssh-ed25519 AAAA...``."""
-        return " ".join(Path(f"{self.host_key_path}.pub").read_text().split()[:2])
+        return " ".join(Path(f"{self.host_key_file}.pub").read_text().split()[:2])
+
+    def new_host_key(self) -> None:
+        for p in (self.host_key_file, Path(f"{self.host_key_file}.pub")):
+            p.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key_file)], check=True)
 
     def config(self) -> dict:
         return {"address": "127.0.0.1", "port": self.port, "user": getpass.getuser(), "key": str(self.client_key),
-                "host_key": self.host_key, "python": sys.executable, "root": str(self.dir / "root")}
+                "host_key": self.host_key_line(), "python": sys.executable, "root": str(self.dir / "root")}
 
     def start(self) -> LoopbackSshd:
-        from .ssh.keys import generate_ed25519
-
         if not os.path.exists(SSHD):
             raise RuntimeError("OpenSSH's sshd is needed: apt-get install -y openssh-server")
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
-        if not self.host_key_path.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key_path)], check=True)
-        if not self.client_key.exists():
-            self.client_key.parent.mkdir(mode=0o700, exist_ok=True)
-            generate_ed25519(self.client_key, comment="launchpad-tests")
-        authorized = self.dir / "authorized_keys"
-        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
-        lines = [f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.host_key_path}", "PidFile none",
+        if not self.host_key_file.exists():
+            self.new_host_key()
+        authorized = self.authorized_keys or self._own_client_key()
+        lines = [f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.host_key_file}", "PidFile none",
                  f"AuthorizedKeysFile {authorized}", "PubkeyAuthentication yes", "PasswordAuthentication no",
                  "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no",
-                 "UsePAM no", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR"]
+                 "UsePAM no", "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR"]
         if self.sftp:
             lines.append("Subsystem sftp internal-sftp")
         (self.dir / "sshd_config").write_text("\n".join(lines) + "\n")
@@ -86,7 +86,17 @@ class LoopbackSshd:
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"sshd did not start: {(self.dir / 'sshd.log').read_text()[-500:]}")
+        raise RuntimeError(f"sshd {self.name} did not start: {(self.dir / 'sshd.log').read_text()[-500:]}")
+
+    def _own_client_key(self) -> Path:
+        from .ssh.keys import generate_ed25519
+
+        if not self.client_key.exists():
+            self.client_key.parent.mkdir(mode=0o700, exist_ok=True)
+            generate_ed25519(self.client_key, comment="launchpad-tests")
+        authorized = self.dir / "authorized_keys"
+        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
+        return authorized
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -97,3 +107,7 @@ class LoopbackSshd:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()

@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+from launchpad.testing_ssh import SSHD, LoopbackSshd
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -29,81 +27,27 @@ def ensure_openssh() -> None:
         pytest.fail("OpenSSH's sshd is needed for the ssh provider tests: apt-get install -y openssh-server")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Sshd(LoopbackSshd):
+    """launchpad.testing_ssh's loopback sshd, as a named "host" with a launchpad root, whose connections
+    the tests can kill."""
 
-
-@dataclass
-class Sshd:
-    """One sshd listening on 127.0.0.1:port, with its own host key."""
-
-    name: str
-    dir: Path
-    authorized_keys: Path
-    port: int = field(default_factory=free_port)
-    sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
-    proc: subprocess.Popen | None = None
+    def __init__(self, name: str, dir: Path, authorized_keys: Path, *, sftp: bool = True):
+        super().__init__(dir=dir, name=name, authorized_keys=authorized_keys, sftp=sftp)
 
     @property
     def host_key(self) -> Path:
-        return self.dir / "ssh_host_ed25519_key"
+        return self.host_key_file
 
     @property
     def root(self) -> Path:
         """The launchpad root on this "host"."""
         return self.dir / "launchpad-root"
 
-    def host_key_line(self) -> str:
-        return " ".join(Path(f"{self.host_key}.pub").read_text().split()[:2])
-
-    def new_host_key(self) -> None:
-        for p in (self.host_key, Path(f"{self.host_key}.pub")):
-            p.unlink(missing_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key)], check=True)
-
-    def start(self) -> None:
+    def start(self) -> Sshd:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(exist_ok=True)
-        if not self.host_key.exists():
-            self.new_host_key()
-        config = self.dir / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.host_key}", "PidFile none",
-            f"AuthorizedKeysFile {self.authorized_keys}", "PubkeyAuthentication yes", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
-            "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR",
-            *(["Subsystem sftp internal-sftp"] if self.sftp else []), "",
-        ]))
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        log = open(self.dir / "sshd.log", "ab")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,
-                                     stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    if s.recv(64).startswith(b"SSH-"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"sshd {self.name} did not start: {(self.dir / 'sshd.log').read_text()[-500:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+        super().start()
+        return self
 
     def connection_pids(self) -> list[int]:
         """The per-connection sshd processes this listener forked (its sshd descendants)."""
