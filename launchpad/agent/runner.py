@@ -243,8 +243,13 @@ class Agent:
         if self.notice:
             return self._finish(code, self.notice, phase="interrupted")
         if code != 0:
-            trainer_err = self.status.trainer().get("error")
-            return self._finish(code, trainer_err or f"trainer exited with {code}")
+            said = self.status.trainer()
+            if said.get("error"):
+                return self._finish(code, said["error"])
+            if code < 0:  # e.g. the kernel's OOM killer, or kill -9: the same words the client uses
+                return self._finish(code, f"trainer was killed by signal {-code} ({_signal_name(-code)}) "
+                                          f"at step {int(said.get('step') or 0)}")
+            return self._finish(code, f"trainer exited with {code}")
         return self._finish(0, None, phase="done")
 
     def _run_trainer(self, spec_path: Path, trainer_spec: JobSpec, uploader: AsyncUploader) -> int:
@@ -435,6 +440,13 @@ class Agent:
             subprocess.run(list(command), check=False, timeout=120, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as e:
             self.log(f"error: the {action} command failed: {e}")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _stderr(line: str) -> None:
