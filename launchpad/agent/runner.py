@@ -338,7 +338,9 @@ class Agent:
             return line  # its status did not fit on the disk; its last words in the log did
         if self.disk_full is not None and code != DISK_FULL_EXIT:
             return ""  # ours: _end_disk_full names the write that failed
-        if code == DISK_FULL_EXIT or "No space left on device" in said or disk_nearly_full(self.workdir):
+        # (a trainer stopped on purpose, for a preemption notice, failed for that, however full the disk)
+        guess = not self.notice and disk_nearly_full(self.workdir)
+        if code == DISK_FULL_EXIT or "No space left on device" in said or guess:
             where = newest_checkpoint_dir(self.workdir / TRAINER_OUTPUT) or self.workdir
             return disk_full_message(where) + (f"; the trainer's error: {said}" if said else "")
         return None

@@ -223,3 +223,35 @@ def test_an_agent_gone_on_a_full_disk_is_reported_as_disk_full_not_signal_9(run_
         assert not (workdir / "instance.json").exists()
     finally:
         unmount(mnt)
+
+
+def test_a_download_that_fills_the_disk_fails_the_job_with_the_real_cause(launchpad_home, tmp_path):
+    """Pre-warm downloads a dataset (from a store URI) bigger than the instance's disk."""
+    from launchpad_local import LocalProvider
+
+    from launchpad.errors import JobFailed
+    from launchpad.lifecycle import Lifecycle, SilentReporter
+    from launchpad.recipe import load_recipe
+    from launchpad.state import StateDB
+
+    mnt = mount_tmpfs(tmp_path / "small-disk", "1m")
+    try:
+        bucket = tmp_path / "bucket"
+        bucket.mkdir()
+        rows = (REPO / "recipes" / "data" / "smoke-chat.jsonl").read_text()
+        big = bucket / "big.jsonl"
+        big.write_text(rows * (2 * 2**20 // len(rows) + 1))  # 2 MiB: twice the disk
+        recipe = load_recipe(write_recipe(tmp_path, "bigdata", max_steps=10))
+        recipe = recipe.model_copy(update={"datasets": [recipe.datasets[0].model_copy(update={"path": big.as_uri()})]})
+        lc = Lifecycle(StateDB.open(), {"local": LocalProvider({"root": str(mnt)})}, {}, SilentReporter())
+        job_id = lc.submit(recipe, "")
+        with pytest.raises(JobFailed) as err:
+            lc.run(job_id)
+        error = lc.db.job(job_id).error
+        assert error.startswith("disk full: No space left on device writing") and f"on the instance's {mnt}" in error
+        assert "pre-warm of dataset[0] failed" in error and "\n" not in error
+        assert lc.db.job(job_id).state.value == "FAILED"
+        assert "disk full" in str(err.value)
+        assert not list(mnt.iterdir()) and nothing_runs_on(mnt)
+    finally:
+        unmount(mnt)
