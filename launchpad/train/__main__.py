@@ -50,7 +50,7 @@ def _quiet_std_streams() -> None:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
-            setattr(sys, name, open(os.devnull, "w"))
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (lives until exit)
 
 
 def _sigterm(signum, frame):  # stop/preemption: unwind so status.json says why we stopped
