@@ -202,6 +202,11 @@ class Lifecycle(TeardownSteps):
                 raise self._stopped(job_id) from None
             self._best_effort(self._fail_unless_finished, job_id, str(e))
             raise
+        except Exception as e:  # a bug or an unmapped error: still, nothing is left billing
+            if instance is not None:
+                self._teardown_all([instance])
+            self._best_effort(self._fail_unless_finished, job_id, f"{type(e).__name__}: {e}")
+            raise
 
     def _fail_unless_finished(self, job_id: str, error: str) -> None:
         if not self.db.job(job_id).state.finished:
@@ -392,7 +397,10 @@ class Lifecycle(TeardownSteps):
             reason = p.error or "interrupted on the instance"
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
             raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
-        if p.exit_code is not None and p.exit_code < 0:
+        # A full disk is the cause even when the trainer had to be stopped by a signal to report it: the
+        # job failed (a resume on the same disk would fail again), it was not interrupted.
+        disk_full = p.phase == "failed" and (p.error or "").startswith("disk full:")
+        if p.exit_code is not None and p.exit_code < 0 and not disk_full:
             reason = p.error or f"trainer was killed by signal {-p.exit_code} at step {p.step}"
             self._transition(job_id, JobState.INTERRUPTED, error=reason)
             raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)

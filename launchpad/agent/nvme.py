@@ -93,6 +93,7 @@ def _choose(candidates: list[Path], lsblk_json: str | None, allow_mount: bool, m
     mounted = [d for d in disks if d.mountpoint and _writable(Path(d.mountpoint))]
     if mounted:
         best = max(mounted, key=lambda d: d.size_bytes)
+        assert best.mountpoint is not None  # filtered above
         return DataDir(Path(best.mountpoint), "nvme", device=best.name)
     unmounted = [d for d in disks if not d.mountpoint]
     if unmounted and allow_mount:

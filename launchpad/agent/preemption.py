@@ -15,7 +15,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 AWS_DEFAULT = "http://169.254.169.254"
 GCP_DEFAULT = "metadata.google.internal"
@@ -65,7 +65,7 @@ class PreemptionWatcher:
         self._thread = threading.Thread(target=self._loop, name="agent-preemption", daemon=True)
         self._errors_logged = 0
 
-    def start(self) -> "PreemptionWatcher":
+    def start(self) -> PreemptionWatcher:
         if self.pollers:
             self._thread.start()
         return self

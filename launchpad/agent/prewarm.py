@@ -19,10 +19,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..storage import open_store, scheme_of
 from ..storage.local import local_path
@@ -34,7 +36,7 @@ STORE_SCHEMES = ("s3", "gs", "az", "file")
 @dataclass
 class Part:
     name: str
-    run: Callable[["Part"], Any]
+    run: Callable[[Part], Any]
     total: int = 0
     done: int = 0
     seconds: float = 0.0
@@ -71,28 +73,16 @@ def _download_file(uri: str, dest_dir: Path, part: Part) -> Path:
 
 def _download_tree(uri: str, dest: Path, part: Part) -> Path:
     store = open_store(uri)
-    try:
-        from ..storage.transfer import download_tree
-    except ImportError:  # older core without the parallel engine: one object at a time per thread
-        download_tree = None
+    from ..storage.transfer import download_tree
+
     objs = store.list("")
     if not objs:
         raise FileNotFoundError(f"{uri}: nothing there")
     part.total = sum(o.size for o in objs)
-    if download_tree is not None:
-        def progress(done: int, total: int) -> None:
-            part.done, part.total = done, total
+    def progress(done: int, total: int) -> None:
+        part.done, part.total = done, total
 
-        download_tree(store, "", dest, progress=progress)
-    else:
-        with ThreadPoolExecutor(16) as pool:
-            for obj in objs:
-                target = local_path(dest, obj.key, source=uri)
-                if not (target.exists() and target.stat().st_size == obj.size):
-                    pool.submit(store.get_file, obj.key, target).add_done_callback(
-                        lambda f, n=obj.size: setattr(part, "done", part.done + n))
-                else:
-                    part.done += obj.size
+    download_tree(store, "", dest, progress=progress)
     part.done = part.total
     return dest
 
@@ -130,15 +120,15 @@ def plan_parts(recipe: dict[str, Any], data_dir: Path, workdir: Path, *, warm_en
         if is_uri(path):
             dest = data_dir / "datasets" / str(n)
             if path.lower().endswith(_DATA_SUFFIXES):
-                parts.append(Part(f"dataset[{n}]", lambda p, u=path, d=dest: _download_file(u, d, p)))
+                parts.append(Part(f"dataset[{n}]", partial(_download_file, path, dest)))
             else:
-                parts.append(Part(f"dataset[{n}]", lambda p, u=path, d=dest: _download_tree(u, d, p)))
+                parts.append(Part(f"dataset[{n}]", partial(_download_tree, path, dest)))
     base = recipe.get("base_model") or ""
     digest = hashlib.sha256(base.encode()).hexdigest()[:12]
     if is_uri(base):
-        parts.append(Part("model", lambda p, u=base: _download_tree(u, data_dir / "models" / digest, p)))
+        parts.append(Part("model", partial(_download_tree, base, data_dir / "models" / digest)))
     elif "/" in base and not base.startswith(("builtin:", "/", ".")) and not Path(base).exists():
-        parts.append(Part("model", lambda p, r=base: _hf_snapshot(r, data_dir / "models" / digest, p)))
+        parts.append(Part("model", partial(_hf_snapshot, base, data_dir / "models" / digest)))
     if warm_env and parts:  # with nothing to download there is nothing to overlap: the trainer imports once
         parts.append(Part("env", lambda p: _warm_env(workdir, p)))
     return parts

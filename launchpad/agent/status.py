@@ -4,6 +4,9 @@ The trainer writes ``trainer-status.json`` (step, loss, ...); the agent owns ``s
 what only it knows: its phase (prewarm, uploading, done, interrupted ...), pre-warm progress, the last
 checkpoint that is *complete in the store* (not merely saved), environment versions, the idle timer.
 Readers (`Provider.progress`) read only status.json and never parse logs.
+
+A full disk never raises out of a write: `on_disk_full(path, error)` is told, the document stays in
+memory and the next write (the heartbeat's, or the agent's final one after it made room) tries again.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..train.status import atomic_write_json
+from ..train.status import atomic_write_json, is_disk_full
 
 # Phases the agent itself reports; while the trainer runs, the trainer's phase shows through.
 AGENT_PHASES = ("starting", "prewarm", "uploading", "done", "failed", "interrupted")
@@ -23,8 +27,11 @@ FINAL_PHASES = ("done", "failed", "interrupted")
 
 
 class AgentStatus:
-    def __init__(self, workdir: Path, job_id: str, *, interval: float = 2.0):
+    def __init__(self, workdir: Path, job_id: str, *, interval: float = 2.0,
+                 on_disk_full: Callable[[Path, OSError], None] | None = None):
         self.path = workdir / "status.json"
+        self.on_disk_full = on_disk_full
+        self.written = True  # whether the last write reached the disk
         self.trainer_path = workdir / "trainer-status.json"
         self.interval = interval
         self._lock = threading.Lock()
@@ -83,12 +90,23 @@ class AgentStatus:
         doc["heartbeat"] = time.time()
         return doc
 
-    def write(self) -> None:
+    def write(self) -> bool:
+        """Write status.json now. False (and `on_disk_full` told) when the disk is full."""
         doc = self.merged()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path, doc)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, doc)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self.written = False
+            if self.on_disk_full is not None:
+                self.on_disk_full(self.path, e)
+            return False
+        self.written = True
+        return True
 
-    def start(self) -> "AgentStatus":
+    def start(self) -> AgentStatus:
         self.write()
         self._thread = threading.Thread(target=self._beat, name="agent-heartbeat", daemon=True)
         self._thread.start()

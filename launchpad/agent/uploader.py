@@ -14,8 +14,8 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..models import CheckpointRef
 from ..storage import Store
@@ -43,7 +43,7 @@ class AsyncUploader:
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="agent-uploader", daemon=True)
 
-    def start(self) -> "AsyncUploader":
+    def start(self) -> AsyncUploader:
         self.queue.mkdir(parents=True, exist_ok=True)
         self._thread.start()
         return self

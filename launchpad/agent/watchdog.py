@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def login_sessions() -> int:

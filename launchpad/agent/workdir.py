@@ -4,7 +4,8 @@ rules, shared by the `local` provider and the SSH host helper (launchpad/ssh/rem
 - The job runs until the agent reports a final phase (uploads drained), not merely until the trainer
   exits; after that the agent may stay for its idle watchdog.
 - An agent that died before reporting a final phase counts as killed (exit -9) unless the trainer
-  recorded a failure of its own.
+  recorded a failure of its own. If the work directory's disk is full, that is the reported cause
+  (phase "failed", error "disk full: ..."), not the signal: the agent could not even write its end.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..train.status import DISK_FULL_PREFIX, disk_full_message, disk_nearly_full
 from . import FILES, pid_alive, process_start_time
 
 
@@ -55,6 +57,11 @@ def job_state(workdir: Path, *, alive: bool | None = None) -> WorkdirState:
     running = alive and not status.get("finished")
     if not alive and not status.get("finished") and (workdir / FILES["agent_pid"]).exists():
         exit_code = exit_code if exit_code not in (None, 0) else -int(signal.SIGKILL)
+        if disk_nearly_full(workdir):
+            said = str(status.get("error") or "")
+            error = said if said.startswith(DISK_FULL_PREFIX) else (
+                f"{disk_full_message(workdir)}; the agent ended before it could report the job's end")
+            status = {**status, "phase": "failed", "error": error}
     return WorkdirState(status, running, exit_code, (workdir / "autostopped.json").exists())
 
 

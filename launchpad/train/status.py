@@ -9,12 +9,18 @@ Keys (read by `launchpad.models.JobProgress.from_status`):
 Every write replaces the file atomically (temp file + os.replace), so a reader never sees half a
 document. A heartbeat thread rewrites it every `interval` seconds so a reader can tell a live trainer
 from a dead one even while one step takes long.
+
+A full disk (ENOSPC, or a quota: EDQUOT) never raises out of a status write: the document stays in
+memory, `write_error` says why it is not on disk, and the next write tries again. The helpers at the
+end (`disk_full_cause`, `disk_full_message`) name a full disk the same way in the trainer and the agent.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -23,6 +29,12 @@ from typing import Any
 
 MAX_LOSSES = 2000
 PHASES = ("loading", "training", "saving", "done", "failed")
+
+#: The trainer's exit code when it stopped because the instance's disk is full (errno ENOSPC).
+DISK_FULL_EXIT = 28
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: How a disk-full error begins, wherever it is reported (trainer-status.json, status.json, the job).
+DISK_FULL_PREFIX = "disk full:"
 
 
 class StatusWriter:
@@ -34,6 +46,7 @@ class StatusWriter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.write_error: OSError | None = None  # the disk-full error of the last write that failed, if any
         now = time.time()
         self._doc: dict[str, Any] = {
             "job_id": job_id,
@@ -79,8 +92,15 @@ class StatusWriter:
 
     def _write_locked(self) -> None:
         self._doc["heartbeat"] = time.time()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path, self._doc)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, self._doc)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self.write_error = e  # a full disk must not turn every status update into a traceback
+        else:
+            self.write_error = None
 
     def start(self) -> StatusWriter:
         self.update()
@@ -111,3 +131,107 @@ def atomic_write_json(path: Path, doc: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- a full disk, named the same way by the trainer and the agent ---------------------------------------
+def is_disk_full(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_error(exc: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT OSError in `exc`'s chain (raise ... from, or raised while handling), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if is_disk_full(exc):
+            return exc  # type: ignore[return-value]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def mount_point(path: str | Path) -> Path:
+    """The mount point of the filesystem that holds `path` (or would hold it)."""
+    path = _existing(Path(path))
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def same_disk(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.stat(_existing(Path(a))).st_dev == os.stat(_existing(Path(b))).st_dev
+    except OSError:
+        return False
+
+
+def disk_usage(path: str | Path) -> tuple[int, int] | None:
+    """(size, bytes free to an unprivileged writer) of the filesystem holding `path`, or None."""
+    try:
+        st = os.statvfs(_existing(Path(path)))
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def disk_nearly_full(path: str | Path) -> bool:
+    """Under 1 MiB (or 0.1% of the disk, up to 256 MiB) free: a write that failed there failed for space.
+    Some writers (torch's zip writer) report a full disk without an errno; this is how to tell."""
+    usage = disk_usage(path)
+    if usage is None:
+        return False
+    size, free = usage
+    return free < max(2**20, min(size // 1000, 256 * 2**20))
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def disk_full_message(path: str | Path, exc: OSError | None = None) -> str:
+    """One line: "disk full: No space left on device writing <path> on the instance's <mount> (<size>, <free> free)"."""
+    mount = mount_point(path)
+    reason = os.strerror(exc.errno) if exc is not None and exc.errno else os.strerror(errno.ENOSPC)
+    usage = disk_usage(mount)
+    where = f" ({human_bytes(usage[0])}, {human_bytes(usage[1])} free)" if usage else ""
+    return f"{DISK_FULL_PREFIX} {reason} writing {path} on the instance's {mount}{where}"
+
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def newest_checkpoint_dir(output_dir: str | Path) -> Path | None:
+    """The highest-step checkpoint-N folder under `output_dir` (the one a failed save was writing)."""
+    try:
+        found = [(int(m.group(1)), p) for p in Path(output_dir).iterdir() if (m := _CHECKPOINT.match(p.name))]
+    except OSError:
+        return None
+    return max(found)[1] if found else None
+
+
+def disk_full_cause(exc: BaseException, workdir: str | Path, output_dir: str | Path | None = None) -> str | None:
+    """The disk-full line for `exc` when it failed because the disk holding `workdir` is full, else None.
+
+    An ENOSPC anywhere in the chain counts when its file is on that disk (a full object store on another
+    disk is the store's problem, reported as such); an error with no errno counts when that disk is
+    (nearly) full now."""
+    full = disk_full_error(exc)
+    if full is not None:
+        path = full.filename or full.filename2
+        if path and not same_disk(path, workdir):
+            return None
+        return disk_full_message(path or newest_checkpoint_dir(output_dir or workdir) or workdir, full)
+    if disk_nearly_full(workdir):
+        where = newest_checkpoint_dir(output_dir) if output_dir is not None else None
+        return disk_full_message(where or workdir)
+    return None

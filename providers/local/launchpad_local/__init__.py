@@ -114,8 +114,12 @@ class LocalProvider(Provider):
             mount_nvme=False,  # never format or mount disks on the user's own machine
             expect_nvme=False,
         )
-        spec.write(workdir / FILES["spec"])  # never the resolved env: secrets stay in memory
-        (workdir / "recipe.yaml").write_text(bundle.recipe_text)
+        try:
+            spec.write(workdir / FILES["spec"])  # never the resolved env: secrets stay in memory
+            (workdir / "recipe.yaml").write_text(bundle.recipe_text)
+        except OSError as e:
+            raise ProviderError(f"local instance {instance.id}: cannot write the job there: {_why(workdir, e)}",
+                                provider=self.name) from None
 
     def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
         workdir = self._dir(instance)
@@ -223,3 +227,13 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
+
+
+def _why(path: Path, e: OSError) -> str:
+    import errno
+
+    if e.errno == errno.ENOSPC:
+        from launchpad.train.status import disk_full_message
+
+        return disk_full_message(path, e)
+    return f"{e.strerror or e} ({path})"
