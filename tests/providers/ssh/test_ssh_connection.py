@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from ssh_servers import Sshd, free_port
+from ssh_servers import Sshd
 
 from launchpad.errors import AuthError, ProviderError
 from launchpad.ssh.connection import ConnectionLost, SSHConnection, command_line
 from launchpad.ssh.hostkeys import HostKeyChanged, KnownHosts
 from launchpad.ssh.keys import fingerprint, generate_ed25519, parse_public_key
 from launchpad.ssh.target import SSHTarget, resolve_target
+from launchpad.testing_ssh import free_port
 
 
 def target(server: Sshd, key: Path, **kw) -> SSHTarget:

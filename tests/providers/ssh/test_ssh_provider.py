@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ssh_servers import assert_private, free_port, host_entry, write_hosts
+from ssh_servers import assert_private, host_entry, write_hosts
 
 from launchpad.errors import NoCapacity
 from launchpad.jobspec import JobSpec
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec, InstanceState, TeardownMode
 from launchpad.recipe import load_recipe
+from launchpad.testing_ssh import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 WEIRD = "$(touch {m}1) `touch {m}2`; touch {m}3 && echo 'q' \"d\" | cat > {m}4 \\ * ~ $HOME !x\nline two"
