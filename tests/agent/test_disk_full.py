@@ -9,40 +9,16 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
 
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "recipes" / "smoke-lora.yaml"
+from .test_agent_e2e import REPO, configure_local, wait_for, write_recipe
+
 pytestmark = pytest.mark.slow
-
-
-def write_recipe(tmp_path: Path, name: str, **changes) -> Path:
-    data = yaml.safe_load(SMOKE.read_text())
-    data.update(name=name, **changes)
-    data["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def configure_local(home: Path, **settings) -> None:
-    (home / "config.yaml").write_text(yaml.safe_dump({"providers": {"local": settings}}))
-
-
-def wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def mount_tmpfs(path: Path, size: str) -> Path:
