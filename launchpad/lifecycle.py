@@ -194,18 +194,13 @@ class Lifecycle(TeardownSteps):
             raise
         except JobStopped:
             raise
-        except LaunchpadError as e:
-            # Whatever happened to the state DB (a full disk), the instance goes: nothing is left billing.
+        except Exception as e:  # whatever failed (a provider, a full disk, a bug): nothing is left billing
             if instance is not None:
                 self._teardown_all([instance])
-            if self._torn_down(job_id):  # the step failed because `down` took its machine away
+            if isinstance(e, LaunchpadError) and self._torn_down(job_id):  # `down` took its machine away
                 raise self._stopped(job_id) from None
-            self._best_effort(self._fail_unless_finished, job_id, str(e))
-            raise
-        except Exception as e:  # a bug or an unmapped error: still, nothing is left billing
-            if instance is not None:
-                self._teardown_all([instance])
-            self._best_effort(self._fail_unless_finished, job_id, f"{type(e).__name__}: {e}")
+            error = str(e) if isinstance(e, LaunchpadError) else f"{type(e).__name__}: {e}"
+            self._best_effort(self._fail_unless_finished, job_id, error)
             raise
 
     def _fail_unless_finished(self, job_id: str, error: str) -> None:
@@ -296,6 +291,7 @@ class Lifecycle(TeardownSteps):
         if instance is None:
             return self.db.job(job_id)
         # following a job another command started: a `down` from now on is ours to honour
+        owned = job_id not in self._attempt_start
         self._attempt_start.setdefault(job_id, self.db.last_event_seq(job_id))
         provider = self.provider(instance.provider)
         polls = 0
@@ -327,6 +323,9 @@ class Lifecycle(TeardownSteps):
         except KeyboardInterrupt:
             self._interrupt(job_id, "interrupted by the user (Ctrl-C)")
             raise
+        finally:
+            if owned:
+                self._attempt_start.pop(job_id, None)
 
     def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> JobRecord:
         """Keep the job alive through a preemption: resume on the next offer, a bounded number of times."""

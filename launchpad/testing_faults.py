@@ -62,6 +62,23 @@ def install_down_hook(site: Path, at: str, log: Path, *, wait: float = 5.0) -> d
             "LAUNCHPAD_FAULT_WAIT": str(wait)}
 
 
+def processes_naming(path: Path) -> list[int]:
+    """Live processes (not zombies) whose command line names `path` or anything under it: what is still
+    running of the instances a test made there (agents, trainers)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(path) in cmdline and state not in ("Z", "X"):
+            found.append(int(proc.name))
+    return found
+
+
 def fault_log(log: Path) -> list[dict]:
     import json
 

@@ -10,25 +10,13 @@ from pathlib import Path
 import pytest
 from test_lifecycle import instance_dirs, make_recipe, pid_running, popen_cli, status, trainer_pid, wait_for
 
-from launchpad.testing_faults import damage_state_db, fault_log, full_disk, install_down_hook
+from launchpad.testing_faults import damage_state_db, fault_log, full_disk, install_down_hook, processes_naming
 
 pytestmark = pytest.mark.slow
 
 
 def agent_pids(home: Path) -> list[int]:
-    """Every live process whose command line names one of the home's local instance directories."""
-    root = str(home / "local" / "instances")
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if root in cmdline and pid_running(int(proc.name)):
-            found.append(int(proc.name))
-    return found
+    return processes_naming(home / "local" / "instances")
 
 
 def assert_nothing_left(home: Path, job_id: str, run_cli) -> None:

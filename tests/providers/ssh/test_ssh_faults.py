@@ -13,25 +13,9 @@ import yaml
 from ssh_servers import host_entry, write_hosts
 from test_ssh_e2e import REPO, assert_released, cli_env, make_recipe, remote_step, wait_for
 
-from launchpad.testing_faults import fault_log, install_down_hook
+from launchpad.testing_faults import fault_log, install_down_hook, processes_naming
 
 pytestmark = pytest.mark.slow
-
-
-def processes_under(root: Path) -> list[int]:
-    """Live processes whose command line names a path under `root` (a host's launchpad root)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(root) in cmdline and state not in ("Z", "X"):
-            found.append(int(proc.name))
-    return found
 
 
 def run(home: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -52,7 +36,7 @@ def test_down_between_sync_and_train_leaves_no_orphan(ssh_home, sshd_pair, tmp_p
     assert up.returncode == 1 and "torn down by `launchpad down`" in up.stderr, up.stdout + up.stderr
     assert "Traceback" not in up.stderr
     for server in sshd_pair:
-        wait_for(lambda s=server: not processes_under(s.root), 30, f"nothing running on {server.name}")
+        wait_for(lambda s=server: not processes_naming(s.root), 30, f"nothing running on {server.name}")
     assert_released(sshd_pair)
     again = json.loads(run(ssh_home, "down", "--all", "--json").stdout)
     assert again["terminated"] == []
@@ -76,13 +60,13 @@ def test_a_renamed_host_is_never_reported_terminated(ssh_home, sshd_pair, client
     assert row["state"] == "TRAINING", row  # not INTERRUPTED "(preempted?)": nobody knows it stopped
     down = run(ssh_home, "down", job_id)
     assert down.returncode == 1 and "may still be running" in down.stderr, down.stdout + down.stderr
-    assert processes_under(server.root), "it is still running, as `down` said"
+    assert processes_naming(server.root), "it is still running, as `down` said"
 
     write_hosts(ssh_home, [*others, host_entry(server, client_key, name=f"{server.name}-renamed")])
     down = run(ssh_home, "down", job_id, "--json")
     assert down.returncode == 0, down.stderr
     assert len(json.loads(down.stdout)["terminated"]) == 1
-    wait_for(lambda: not processes_under(server.root), 30, "the agent and trainer to stop")
+    wait_for(lambda: not processes_naming(server.root), 30, "the agent and trainer to stop")
     assert_released(sshd_pair)
     hosts = yaml.safe_load((ssh_home / "hosts.yaml").read_text())["hosts"]
     assert any(h["name"].endswith("-renamed") for h in hosts)
