@@ -264,6 +264,7 @@ class Lifecycle(TeardownSteps):
                 job_id=job_id, token=token, tags={JOB_TAG: job_id}, nodes=recipe.resources.nodes,
                 disk=recipe.resources.disk, autostop_idle_minutes=recipe.autostop.idle_minutes,
                 autostop_action=TeardownMode(recipe.autostop.action),
+                disk_gb=int(getattr(planned.need, "disk_gb", 0) or 0),
             )
             try:
                 instance = provider.provision(offer, spec)

@@ -36,6 +36,9 @@ class LoopbackSshd:
     authorized_keys: Path | None = None
     port: int = field(default_factory=free_port)
     sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
+    #: the sessions' environment (OpenSSH's server-side `SetEnv`): what a cloud image would provide,
+    #: e.g. the object store's endpoint and credentials that an instance role gives a real VM
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
     @property
@@ -72,6 +75,8 @@ class LoopbackSshd:
                  "UsePAM no", "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR"]
         if self.sftp:
             lines.append("Subsystem sftp internal-sftp")
+        if self.env:
+            lines.append("SetEnv " + " ".join(f'{k}="{v}"' for k, v in self.env.items()))
         (self.dir / "sshd_config").write_text("\n".join(lines) + "\n")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd refuses to start without it
         with open(self.dir / "sshd.log", "ab") as log:

@@ -69,8 +69,14 @@ def check(as_json: bool) -> None:
     dists = {name: dist for name, dist in plugin_names()}
     rows = []
     for name in sorted(get_provider_classes()):
+        detail = None
+        if name in usable:
+            try:
+                detail = usable[name].describe()
+            except Exception as e:  # a detail never turns a usable provider into an error
+                detail = f"(details unavailable: {e})"
         rows.append({"provider": name, "usable": name in usable, "reason": unavailable.get(name),
-                     "plugin": dists.get(name, "")})
+                     "detail": detail, "plugin": dists.get(name, "")})
     if as_json:
         emit_json({"providers": rows})
         return
@@ -80,7 +86,8 @@ def check(as_json: bool) -> None:
     for col in ("provider", "usable here", "plugin"):
         table.add_column(col)
     for row in rows:
-        mark = "[green]✓ yes[/]" if row["usable"] else f"[red]✗[/] {esc(row['reason'])}"
+        mark = (f"[green]✓ yes[/]{': ' + esc(row['detail']) if row['detail'] else ''}" if row["usable"]
+                else f"[red]✗[/] {esc(row['reason'])}")
         table.add_row(esc(row["provider"]), mark, esc(row["plugin"]))
     console().print(table)
     if not usable:
