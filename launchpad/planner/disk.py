@@ -1,5 +1,5 @@
 """The instance's root volume: how big (`disk_need` -> `Need.disk_gb`) and what it costs (`volume_usd`,
-`stopped_usd_per_day`).
+`stopped_usd_per_day` in the plan; `disk_usd_so_far` in `launchpad status`).
 
     disk_gb = ceil(max(min_gb, (weights + datasets + (keep + 1) x checkpoint + env + OS) x (1 + headroom)))
 
@@ -16,7 +16,8 @@ is gone then: a restarted instance pre-warms the weights and datasets again.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .memory import GIB, MemoryEstimate
@@ -77,6 +78,29 @@ def stopped_usd_per_day(disk_gb: float, facts: Any, nodes: int = 1) -> float | N
     if not facts.stop or price <= 0 or disk_gb <= 0:
         return None
     return disk_gb * max(1, nodes) * price / 30.0
+
+
+def disk_usd_so_far(spans: Iterable[tuple[Any, float, float | None]], now: float | None = None) -> float:
+    """What the block volumes of a job's instances have billed so far (`StateDB.instance_spans`): the GB a
+    provider records as ``Instance.data["disk_gb"]`` (all its nodes' volumes together) x its
+    `disk_per_gb_month`, from creation until the instance is gone (terminated or preempted) and up to now
+    while it runs or is stopped. Instances without ``disk_gb`` (local, ssh hosts) add nothing.
+    Approximation: the state DB keeps one end time, so an instance stopped before it was terminated counts
+    its disk until the stop."""
+    from ..models import InstanceState
+    from .catalog import facts_for
+
+    now = time.time() if now is None else now
+    total = 0.0
+    for inst, created, ended in spans:
+        gb = float((inst.data or {}).get("disk_gb") or 0.0)
+        if gb <= 0 or inst.offer is None:
+            continue
+        price = facts_for(inst.provider, inst.offer.instance_type).disk_per_gb_month
+        gone = inst.state in (InstanceState.TERMINATED, InstanceState.PREEMPTED)
+        end = (ended or now) if gone else now
+        total += gb * price * max(0.0, end - created) / 3600.0 / HOURS_PER_MONTH
+    return total
 
 
 def _gb(x: float) -> str:
