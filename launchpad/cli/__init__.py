@@ -147,7 +147,8 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 @click.argument("job", required=False)
 @json_option
 def status(job: str | None, as_json: bool) -> None:
-    """Jobs with phase, step/total, loss, last checkpoint and cost so far."""
+    """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk)."""
+    from ..planner.disk import disk_usd_so_far
     from ._run import open_lifecycle, print_warnings
     from ._views import render_job, render_jobs
 
@@ -158,6 +159,8 @@ def status(job: str | None, as_json: bool) -> None:
         err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
     rows = lc.status_rows(job, on_error=warn)
+    for row in rows:  # cost_usd is instance time; the volumes also bill while an instance is stopped
+        row["disk_usd"] = round(disk_usd_so_far(lc.db.instance_spans(row["id"])), 4)
     print_warnings(lc.db)  # damaged rows are skipped, and said so
     if as_json:
         emit_json(rows)

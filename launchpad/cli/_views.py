@@ -22,7 +22,8 @@ def _age(ts: float | None) -> str:
 
 def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
     """The jobs table, one line per job at any width: the id (what the next command takes) and the state
-    are never cut; the other columns give way (see _tables)."""
+    are never cut; the other columns give way (see _tables). cost = instance time (`cost_usd`) + block
+    volumes (`disk_usd`, which keep billing while an instance is stopped)."""
     from ._tables import Col, fit_table
 
     con = con or console()
@@ -39,7 +40,7 @@ def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
         ckpt = (r.get("last_checkpoint") or "").rsplit("/", 1)[-1]
         loss = f"{r['loss']:.3f}" if r.get("loss") is not None else ""
         cells.append([r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
-                      step, loss, ckpt, f"${r['cost_usd']:.2f}", _age(r.get("created_at"))])
+                      step, loss, ckpt, f"${r['cost_usd'] + (r.get('disk_usd') or 0):.2f}", _age(r.get("created_at"))])
     con.print(fit_table("jobs", cols, cells, con.width))
 
 
@@ -50,11 +51,13 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
     table.add_column(style="bold")
     table.add_column()
     for key in ("name", "state", "phase", "provider", "step", "total_steps", "loss", "tokens_per_s",
-                "last_checkpoint", "cost_usd", "error", "recipe"):
+                "last_checkpoint", "cost_usd", "disk_usd", "error", "recipe"):
         value = row.get(key)
+        if key == "disk_usd" and not value:
+            continue  # no block volume billed (local, ssh hosts) or none recorded
         if value is not None:
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) and key != "cost_usd" else
-                          f"${value:.2f}" if key == "cost_usd" else str(value))
+            money = key in ("cost_usd", "disk_usd")
+            table.add_row(key, f"${value:.2f}" if money else f"{value:.4g}" if isinstance(value, float) else str(value))
     console().print(table)
     ev = Table(title="events", title_justify="left")
     for col in ("when", "event", "details"):

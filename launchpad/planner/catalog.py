@@ -36,6 +36,9 @@ class Facts:
     multi_node: bool = True
     load_10gb_s: float = 100.0
     egress_per_gb: float = 0.09
+    # USD per GB-month of the block volume the instance boots from; it also bills while the instance is
+    # stopped. 0 = part of the instance price (local disk only) or not known: nothing is added.
+    disk_per_gb_month: float = 0.0
     availability: float = 0.5
     cost_transparency: float = 0.5
     ops: float = 0.5
