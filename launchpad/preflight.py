@@ -120,7 +120,7 @@ class PreflightReport:
                      f"{b.world_size} ranks)")
             share = self.share
             if self.promise is not None and share is not None:
-                text += f", {share:.0%} of the {self.promise.gbps:g} Gb/s promised ({self.promise.source})"
+                text += f", {percent(share)} of the {self.promise.gbps:g} Gb/s promised ({self.promise.source})"
             else:
                 text += ", no promised bandwidth to compare with"
         return text
@@ -183,7 +183,7 @@ def judge_bandwidth(bw: Bandwidth, promise: Promise | None, min_share: float = M
     if share >= min_share:
         return None
     return (f"the all-reduce probe measured {bw.busbw_gbps:.1f} Gb/s bus bandwidth ({bw.backend}, {bw.world_size} ranks), "
-            f"{share:.0%} of the {promise.gbps:g} Gb/s the interconnect promises ({promise.source}); under "
+            f"{percent(share)} of the {promise.gbps:g} Gb/s the interconnect promises ({promise.source}); under "
             f"{min_share:.0%}, multi-node training will be network-bound: check the fabric (NCCL_DEBUG=INFO shows "
             "whether NCCL uses InfiniBand/EFA or fell back to TCP sockets)")
 
@@ -248,6 +248,11 @@ def _probe(provider: VMProvider, instance: Instance, nodes: list[Instance], labe
     except (IndexError, ValueError, KeyError, TypeError):
         raise PreflightFailed(f"{labels[0]}: the all-reduce probe printed no result: {_tail(results[0].stdout)}",
                               report=report) from None
+
+
+def percent(share: float) -> str:
+    """``42%``; ``<1%`` rather than a misleading ``0%``."""
+    return f"{share:.0%}" if share >= 0.005 else "<1%"
 
 
 def _tail(text: str) -> str:

@@ -50,8 +50,8 @@ def test_bus_bandwidth_is_nccl_tests_definition():
 def test_offset_of_a_really_skewed_clock_ntp_style():
     try:
         env = {**os.environ, **skewed_clock_env(30)}
-    except RuntimeError as e:
-        pytest.fail(str(e))
+    except RuntimeError as missing:
+        pytest.fail(str(missing))
 
     def read(extra: dict) -> float:
         return float(subprocess.run(["date", "+%s.%N"], capture_output=True, text=True, env=extra, check=True).stdout)

@@ -74,13 +74,15 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
 
 def _preflight_text(p: dict[str, Any]) -> str:
     """``skew 0.003 s; bus bandwidth 10.5 Gb/s (gloo, 2 ranks), 12% of 100 Gb/s promised`` (or failed: ...)."""
+    from ..preflight import percent
+
     parts = []
     if p.get("skew_s") is not None:
         parts.append(f"clock skew {p['skew_s']:.3f} s")
     if p.get("busbw_gbps") is not None:
         bw = f"bus bandwidth {p['busbw_gbps']:.1f} Gb/s ({p.get('backend')}, {p.get('world_size')} ranks)"
         if p.get("expected_gbps"):
-            bw += f", {p.get('share') or 0:.0%} of {p['expected_gbps']:g} Gb/s promised"
+            bw += f", {percent(p.get('share') or 0)} of {p['expected_gbps']:g} Gb/s promised"
         parts.append(bw)
     if p.get("failed"):
         parts.append(f"failed: {p['failed']}")
