@@ -394,9 +394,19 @@ class VMProvider(Provider):
                                                  f"{instance.offer.instance_type}: {source}")
 
     def remote_time(self, instance: Instance) -> float:
-        """The instance's clock (seconds since the epoch), read over the transport."""
-        res = self._call(instance, lambda c: c.run(["date", "+%s.%N"], timeout=30))
-        return float(res.stdout.strip())
+        """The instance's clock (seconds since the epoch), read over the transport: GNU ``date +%s.%N``,
+        else (busybox prints no nanoseconds) the venv's python."""
+        def read(argv: list[str]) -> str:
+            return self._call(instance, lambda c: c.run(argv, timeout=30, check=False)).stdout.strip()
+
+        out = ""
+        for argv in (["date", "+%s.%N"], [self.venv_python(instance), "-c", "import time; print(repr(time.time()))"]):
+            out = read(argv)
+            try:
+                return float(out)
+            except ValueError:
+                continue
+        raise ProviderError(f"{instance.id}: cannot read its clock ({out[:80]!r})", provider=self.name)
 
     def run_probe(self, instance: Instance, args: list[str], *, stdin: str, timeout: float):
         """``python -m launchpad.agent.probe ARGS`` in the instance's venv; its `Result` (exit 99: not synced)."""
