@@ -33,6 +33,7 @@ from .joblock import JobLocks
 from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
 from .plugins import emit_job_event
+from .preflight import preflight_step, status_fields
 from .provider import Provider
 from .state import JobOptions, JobRecord, StateDB
 from .teardown import TeardownSteps
@@ -73,6 +74,8 @@ def new_job_id(name: str) -> str:
 
 
 class Lifecycle(TeardownSteps):
+    strict = False  # `up --strict` / `resume --strict`: a preflight warning fails the job before training
+
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
                  reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None,
                  locks: JobLocks | None = None):
@@ -178,6 +181,9 @@ class Lifecycle(TeardownSteps):
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id)
+            if hasattr(provider, "preflight"):  # multi-node: clock skew + all-reduce probe (launchpad.preflight)
+                preflight_step(provider, instance, bundle, strict=self.strict, reporter=self.reporter,
+                               event=lambda **data: self._event(job_id, "preflight", **data))
             with self.locks.step(job_id):
                 self._stop_if_torn_down(job_id, instance)
                 state = provider.status(instance)  # e.g. an SSH host whose claim was released meanwhile
@@ -470,6 +476,7 @@ class Lifecycle(TeardownSteps):
                 job = self.db.job(job_id)
             row = job.to_json()
             row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
+            row.update(status_fields(self.db.events(job_id)))  # the preflight's figures and warnings
             inst = self._live_instance(job_id)
             if inst is not None:
                 try:

@@ -100,8 +100,11 @@ def check(as_json: bool) -> None:
 @click.option("--detach", "-d", is_flag=True, help="Return once training has started; follow with `status`/`logs`.")
 @click.option("--smoke", is_flag=True, help="Run 10 steps end to end before committing to a long run.")
 @click.option("--minimize", type=click.Choice(["cost", "time", "score"]), default="cost", show_default=True)
+@click.option("--strict", is_flag=True,
+              help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
+                   "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
 @json_option
-def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, as_json: bool) -> None:
+def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, strict: bool, as_json: bool) -> None:
     """Plan, provision, sync, train and checkpoint a recipe; tear down when done."""
     from pathlib import Path
 
@@ -110,6 +113,7 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
     r = _load(recipe)  # validation first: a bad recipe never reaches a provider
     text = Path(recipe).read_text(encoding="utf-8")
     lc = open_lifecycle(as_json, only=None)
+    lc.strict = strict
     job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize)
     if not as_json:
         console().print(f"[bold]job[/] {esc(job_id)}")
@@ -120,12 +124,16 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
 @cli.command()
 @click.argument("job")
 @click.option("--detach", "-d", is_flag=True, help="Return once training has restarted.")
+@click.option("--strict", is_flag=True,
+              help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
+                   "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
 @json_option
-def resume(job: str, detach: bool, as_json: bool) -> None:
+def resume(job: str, detach: bool, strict: bool, as_json: bool) -> None:
     """Continue a job after a preemption, a crash or Ctrl-C, from its newest complete checkpoint."""
     from ._run import open_lifecycle, run_reported
 
     lc = open_lifecycle(as_json)
+    lc.strict = strict
     result = run_reported(lc, as_json, lambda: lc.resume(job, detach=detach))
     _print_outcome(result, as_json, detach)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._common import console
+from ._common import console, esc
 
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
@@ -42,6 +42,9 @@ def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
         cells.append([r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
                       step, loss, ckpt, f"${r['cost_usd'] + (r.get('disk_usd') or 0):.2f}", _age(r.get("created_at"))])
     con.print(fit_table("jobs", cols, cells, con.width))
+    for r in rows:  # the preflight's warnings (multi-node jobs), one line each under the table
+        for warning in r.get("warnings") or []:
+            con.print(f"[yellow]![/] {esc(r['id'])}: {esc(warning)}", soft_wrap=True)
 
 
 def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -58,6 +61,10 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
         if value is not None:
             money = key in ("cost_usd", "disk_usd")
             table.add_row(key, f"${value:.2f}" if money else f"{value:.4g}" if isinstance(value, float) else str(value))
+    if row.get("preflight"):
+        table.add_row("preflight", _preflight_text(row["preflight"]))
+    for warning in row.get("warnings") or []:
+        table.add_row("[yellow]warning[/]", esc(warning))
     console().print(table)
     ev = Table(title="events", title_justify="left")
     for col in ("when", "event", "details"):
@@ -66,3 +73,20 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
         details = ", ".join(f"{k}={v}" for k, v in e["data"].items() if v is not None)
         ev.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["kind"], details)
     console().print(ev)
+
+
+def _preflight_text(p: dict[str, Any]) -> str:
+    """``skew 0.003 s; bus bandwidth 10.5 Gb/s (gloo, 2 ranks), 12% of 100 Gb/s promised`` (or failed: ...)."""
+    from ..preflight import percent
+
+    parts = []
+    if p.get("skew_s") is not None:
+        parts.append(f"clock skew {p['skew_s']:.3f} s")
+    if p.get("busbw_gbps") is not None:
+        bw = f"bus bandwidth {p['busbw_gbps']:.1f} Gb/s ({p.get('backend')}, {p.get('world_size')} ranks)"
+        if p.get("expected_gbps"):
+            bw += f", {percent(p.get('share') or 0)} of {p['expected_gbps']:g} Gb/s promised"
+        parts.append(bw)
+    if p.get("failed"):
+        parts.append(f"failed: {p['failed']}")
+    return esc("; ".join(parts))

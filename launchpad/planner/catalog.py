@@ -31,6 +31,7 @@ class Facts:
     cuda: str | None = None
     nvlink: bool = False
     fabric: str = "ethernet"
+    fabric_gbps: float | None = None  # inter-node bandwidth promised per node (all NICs), Gb/s; None = unknown
     stop: bool = True
     spot: bool = True
     multi_node: bool = True
