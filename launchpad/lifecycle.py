@@ -40,6 +40,7 @@ from .teardown import TeardownSteps
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
+PREEMPTED_OFFER_BLOCK_SECONDS = 3600.0  # a reclaimed spot offer is skipped for an hour by the job's next attempts
 MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` before giving the job back to the user
 _GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)
 
@@ -254,7 +255,10 @@ class Lifecycle(TeardownSteps):
         if attempts and not any(e["kind"].startswith("provision:") and e["kind"] != "provision:attempt"
                                 and e["seq"] > attempts[-1]["seq"] for e in events):
             pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
-        blocked: list[Callable[[Offer], bool]] = []
+        # an offer that was just reclaimed (spot) is not tried again right away: the job moves on
+        recent = time.time() - PREEMPTED_OFFER_BLOCK_SECONDS
+        reclaimed = {e["data"].get("offer") for e in events if e["kind"] == "preempted" and e["ts"] > recent}
+        blocked: list[Callable[[Offer], bool]] = [lambda o: o.label in reclaimed]
         failures = []
         for ranked in planned.ranked:
             offer = ranked.offer
@@ -270,7 +274,7 @@ class Lifecycle(TeardownSteps):
                 job_id=job_id, token=token, tags={JOB_TAG: job_id}, nodes=recipe.resources.nodes,
                 disk=recipe.resources.disk, autostop_idle_minutes=recipe.autostop.idle_minutes,
                 autostop_action=TeardownMode(recipe.autostop.action),
-                disk_gb=int(getattr(planned.need, "disk_gb", 0) or 0),
+                disk_gb=planned.need.disk_gb,
             )
             try:
                 instance = provider.provision(offer, spec)
@@ -314,6 +318,8 @@ class Lifecycle(TeardownSteps):
                             if self._torn_down(job_id):
                                 continue  # not a preemption: `down` did it (raised at the loop's top)
                             self.db.set_instance_state(instance, state)
+                            if state is InstanceState.PREEMPTED and instance.offer is not None:
+                                self._event(job_id, "preempted", instance=instance.id, offer=instance.offer.label)
                             self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 progress = provider.progress(instance)

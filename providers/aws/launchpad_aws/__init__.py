@@ -188,6 +188,8 @@ class AWSProvider(VMProvider):
             "shutdown": "terminate" if spot or spec.autostop_action is TeardownMode.TERMINATE else "stop",
             "tags": {JOB_TAG: spec.job_id, CLUSTER_TAG: spec.token, **spec.tags},
             "leaked": leaked,
+            # every node's root volume (GB, all nodes together): `status` bills it while running or stopped
+            "disk_gb": self._root_gb(spec) * len(nodes),
         }
         return Instance(provider=NAME, id=first["InstanceId"], job_id=spec.job_id, state=_state(first), offer=offer,
                         address=first.get("PublicIpAddress"), created_at=time.time(), data=data)
@@ -204,7 +206,7 @@ class AWSProvider(VMProvider):
             nic["SubnetId"] = subnet
         if efa:
             nic["InterfaceType"] = "efa"
-        root_gb = max(int(spec.disk_gb or 0), int(self.config.get("root_gb") or DEFAULT_ROOT_GB))
+        root_gb = max(self._root_gb(spec), int(image.get("root_gb") or 0))
         args: dict[str, Any] = {
             "ImageId": image["id"], "InstanceType": offer.instance_type, "MinCount": 1, "MaxCount": 1,
             "KeyName": acct.key_pair(region), "NetworkInterfaces": [nic],
@@ -228,6 +230,10 @@ class AWSProvider(VMProvider):
         if profile:
             args["IamInstanceProfile"] = {"Name": profile}
         return args
+
+    def _root_gb(self, spec: InstanceSpec) -> int:
+        """The plan's disk size, at least `root_gb` from config (default: DEFAULT_ROOT_GB)."""
+        return max(int(spec.disk_gb or 0), int(self.config.get("root_gb") or DEFAULT_ROOT_GB))
 
     def _run(self, region: str, launch: dict[str, Any], spec: InstanceSpec, rank: int) -> dict:
         tags = [{"Key": k, "Value": v} for k, v in {**spec.tags, JOB_TAG: spec.job_id, CLUSTER_TAG: spec.token,

@@ -221,7 +221,10 @@ class Account:
                 what = f"image {ami}" if ami else f"no image named like {self.p.config.get('ami_name') or DEFAULT_AMI_NAME!r}"
                 raise NoCapacity(f"{what} in {region}", provider=NAME, scope="region")
             img = images[0]
-            return {"id": img["ImageId"], "name": img.get("Name") or "", "root": img.get("RootDeviceName") or "/dev/sda1"}
+            root = img.get("RootDeviceName") or "/dev/sda1"
+            snapshot = next((b.get("Ebs", {}).get("VolumeSize") for b in img.get("BlockDeviceMappings") or []
+                             if b.get("DeviceName") == root), None)
+            return {"id": img["ImageId"], "name": img.get("Name") or "", "root": root, "root_gb": int(snapshot or 0)}
 
         return self._memo(("image", region), make)
 
