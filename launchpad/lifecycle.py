@@ -311,7 +311,14 @@ class Lifecycle(TeardownSteps):
                 polls += 1
                 if self._torn_down(job_id):
                     raise self._stopped(job_id)
-                if polls % STATUS_EVERY_POLLS == 0:
+                progress, check = None, polls % STATUS_EVERY_POLLS == 0
+                if not check:
+                    try:
+                        progress = provider.progress(instance)
+                        check = not progress.running  # ended: by itself, or with its machine (preempted)?
+                    except LaunchpadError:
+                        check = True  # unreachable: is the instance still there?
+                if check:
                     state = provider.status(instance)
                     if state in _GONE:
                         with self.locks.step(job_id):
@@ -322,7 +329,8 @@ class Lifecycle(TeardownSteps):
                                 self._event(job_id, "preempted", instance=instance.id, offer=instance.offer.label)
                             self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
-                progress = provider.progress(instance)
+                if progress is None:
+                    progress = provider.progress(instance)
                 self._record_progress(job_id, progress)
                 self.reporter.progress(job_id, progress)
                 if not progress.running:
