@@ -63,7 +63,8 @@ def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Pa
 def live_instances(job_id: str | None = None) -> list[dict]:
     ec2 = boto3.client("ec2", region_name="us-east-1")
     filters = [{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
-    filters.append({"Name": "tag:launchpad-job", "Values": [job_id]} if job_id else {"Name": "tag-key", "Values": ["launchpad-job"]})
+    filters.append({"Name": "tag:launchpad-job", "Values": [job_id]} if job_id
+                   else {"Name": "tag-key", "Values": ["launchpad-job"]})
     res = ec2.describe_instances(Filters=filters)
     return [i for r in res["Reservations"] for i in r["Instances"]]
 
