@@ -22,7 +22,9 @@ IAM_ACTION = {"s3:PutPublicAccessBlock": "s3:PutBucketPublicAccessBlock", "s3:Li
 def readme_policy() -> dict:
     text = README.read_text()
     section = text[text.index("**Least-privilege IAM policy**"):]
-    return json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    found = re.search(r"```json\n(.*?)```", section, re.S)
+    assert found, "the README's IAM policy block is missing"
+    return json.loads(found.group(1))
 
 
 def test_every_operation_the_provider_calls_is_in_the_readme_policy(aws):
