@@ -89,3 +89,14 @@ def stand_in_for_placement_groups(provider, region: str = "us-east-1") -> list[d
     for op in ("CreatePlacementGroup", "DeletePlacementGroup"):
         provider.client("ec2", region).meta.events.register(f"before-call.ec2.{op}", handler)
     return calls
+
+
+def inject_console_output(provider, text: str, region: str = "us-east-1") -> None:
+    """INJECTION (moto's console output is a fixed 2006 boot log without cloud-init's host key block):
+    GetConsoleOutput answers `text`, as EC2 would once cloud-init has printed the instance's host keys."""
+    import base64
+
+    def handler(**_):
+        return _Http(200), {"Output": base64.b64encode(text.encode()).decode(), "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+    provider.client("ec2", region).meta.events.register("before-call.ec2.GetConsoleOutput", handler)
