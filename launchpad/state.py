@@ -224,7 +224,9 @@ class StateDB:
 
     # -- instances ------------------------------------------------------------------------------------
     def record_instance(self, instance: Instance) -> None:
-        price = instance.offer.price if instance.offer else 0.0
+        # the offer's price is per machine; a multi-node job's instance stands for all its nodes
+        machines = max(1, len(instance.data.get("nodes") or []))
+        price = (instance.offer.price if instance.offer else 0.0) * machines
         self._tx(
             "INSERT INTO instances (id, provider, job_id, state, price_per_hour, data_json, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, id) DO UPDATE SET"

@@ -88,3 +88,15 @@ def test_status_views_show_the_disk_part(monkeypatch) -> None:
     _views.render_job({**row, "disk_usd": 0.0}, [])
     text = out.getvalue()
     assert "cost_usd" in text and "$1.50" in text and text.count("disk_usd") == 1 and "$0.25" in text
+
+
+def test_a_multi_node_instance_bills_every_node(tmp_path):
+    from launchpad.models import Instance, InstanceState, Offer
+    from launchpad.state import StateDB
+
+    db = StateDB(tmp_path / "state.db")
+    offer = Offer("aws", "p4d.24xlarge", "us-east-1", price_per_hour=30.0)
+    inst = Instance("aws", "i-1", "job", InstanceState.RUNNING, offer=offer, created_at=1000.0,
+                    data={"nodes": [{"rank": 0, "id": "i-1"}, {"rank": 1, "id": "i-2"}]})
+    db.record_instance(inst)
+    assert db.cost_so_far("job", now=1000.0 + 3600) == 60.0
