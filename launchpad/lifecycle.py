@@ -32,6 +32,7 @@ from .failover import blocker, duration, plan_json, top_reasons
 from .joblock import JobLocks
 from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
+from .phases import phase_times, record_agent_phases, sync_facts
 from .plugins import emit_job_event
 from .provider import Provider
 from .state import JobOptions, JobRecord, StateDB
@@ -86,6 +87,7 @@ class Lifecycle(TeardownSteps):
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
         self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process
+        self._phases_seen: dict[str, dict[str, float]] = {}  # job -> agent phase times recorded (launchpad.phases)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -177,7 +179,7 @@ class Lifecycle(TeardownSteps):
             self.reporter.info(f"syncing the job to {instance.id}")
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
-            self._event(job_id, "synced", instance=instance.id)
+            self._event(job_id, "synced", instance=instance.id, **sync_facts(provider))
             with self.locks.step(job_id):
                 self._stop_if_torn_down(job_id, instance)
                 state = provider.status(instance)  # e.g. an SSH host whose claim was released meanwhile
@@ -370,6 +372,7 @@ class Lifecycle(TeardownSteps):
         if p.last_checkpoint:
             fields["last_checkpoint"] = p.last_checkpoint
         self.db.update_job(job_id, **fields)
+        record_agent_phases(self.db, job_id, p.phase_times, self._phases_seen)
 
     def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> JobRecord:
         with self.locks.step(job_id):
@@ -469,6 +472,7 @@ class Lifecycle(TeardownSteps):
                 job = self.db.job(job_id)
             row = job.to_json()
             row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
+            row["phase_times"] = phase_times(self.db.events(job_id))
             inst = self._live_instance(job_id)
             if inst is not None:
                 try:

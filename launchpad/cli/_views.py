@@ -56,6 +56,7 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
             table.add_row(key, f"{value:.4g}" if isinstance(value, float) and key != "cost_usd" else
                           f"${value:.2f}" if key == "cost_usd" else str(value))
     console().print(table)
+    render_phases(row.get("phase_times") or {})
     ev = Table(title="events", title_justify="left")
     for col in ("when", "event", "details"):
         ev.add_column(col)
@@ -63,3 +64,25 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
         details = ", ".join(f"{k}={v}" for k, v in e["data"].items() if v is not None)
         ev.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["kind"], details)
     console().print(ev)
+
+
+def render_phases(phases: dict[str, Any]) -> None:
+    """Where the time until the first training step went (launchpad.phases), one row per phase."""
+    from rich.table import Table
+
+    from ..phases import PHASES
+
+    rows = [(name, phases[name]) for name in (*PHASES, "total") if isinstance(phases.get(name), dict)]
+    if not rows:
+        return
+    table = Table(title="start-up phases", title_justify="left")
+    for col, justify in (("phase", "left"), ("began", "left"), ("seconds", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for name, span in rows:
+        label = "time to first step" if name == "total" else name
+        table.add_row(label, time.strftime("%H:%M:%S", time.localtime(span["start"])), f"{span['seconds']:.1f}")
+    detail = phases.get("environment_detail") or {}
+    if detail:
+        how = ", ".join(f"{k}={v}" for k, v in detail.items() if k in ("venv", "installer", "source", "wheel_cache") and v)
+        table.caption = f"environment: {how}"
+    console().print(table)

@@ -95,7 +95,10 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
         first = dict(ssh_provider.last_sync)
         assert first["files"] == 1 and first["venv"] in ("installed", "reused")
         ssh_provider.sync(inst, bundle)  # again: nothing is sent, nothing installed
-        assert ssh_provider.last_sync == {"files": 0, "bytes": 0, "wheel": "cached", "venv": "reused"}
+        again = ssh_provider.last_sync
+        assert {k: again[k] for k in ("files", "bytes", "wheel", "venv")} == {"files": 0, "bytes": 0, "wheel": "cached",
+                                                                              "venv": "reused"}
+        assert set(again["phases"]) == {"reachable", "sync", "environment"}
 
         workdir = Path(ssh_provider.workdir(inst))
         assert workdir == sshd_pair[0].root / "jobs" / inst.id
