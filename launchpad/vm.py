@@ -266,7 +266,8 @@ class VMProvider(Provider):
         cache = source_for(spec.checkpoint_uri, key) if self.config.get("wheel_cache", True) else {"key": key}
         config = {"venv": self.venv_dir(instance), "wheel": remote_wheel, "extras": extras, "root": self.root(instance),
                   "installer": self.config.get("installer", "auto"), "index": self.python_index(instance),
-                  "cache": cache, "check": {"out": f"{workdir}/env.json", "spec": f"{workdir}/job.json"}}
+                  "cache": cache, "check": {"out": f"{workdir}/env.json", "spec": f"{workdir}/job.json"}
+                  if self.config.get("env_check", True) else None}
         config_path = f"{workdir}/venv-setup.json"  # 0600: presigned URLs are short-lived credentials
         conn.put_bytes(json.dumps(config).encode(), config_path)
         source = resources.files("launchpad.ssh").joinpath("venv_setup.py").read_text(encoding="utf-8")

@@ -67,7 +67,7 @@ wheel, extras = sys.argv[1], [e for e in sys.argv[2].split(",") if e]
 with zipfile.ZipFile(wheel) as z:
     meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
     lines = z.read(meta).decode().splitlines()
-missing = []
+missing, present = [], []
 for line in lines:
     if not line.startswith("Requires-Dist:"):
         continue
@@ -81,7 +81,10 @@ for line in lines:
         continue
     if req.specifier and not req.specifier.contains(version, prereleases=True):
         missing.append(f"{req.name}=={version} ({req.specifier})")
+    else:
+        present.append(req.name)
 print(",".join(missing))
+print(",".join(present))
 """
 
 
@@ -417,7 +420,7 @@ def ensure_pip(python):
             fail("the venv has no pip and ensurepip failed", proc)
 
 
-def install(cfg, python, wheel, missing, timer, result):
+def install(cfg, python, wheel, missing, present, timer, result):
     """Install launchpad (and what is missing of its stack) into the venv; fills `result`."""
     extras = cfg.get("extras") or []
     requirement = f"launchpad[{','.join(extras)}] @ file://{wheel}" if extras else f"launchpad @ file://{wheel}"
@@ -447,9 +450,7 @@ def install(cfg, python, wheel, missing, timer, result):
         result["source"] = "host"
         return
     result["deps"] = missing
-    torch_present = not missing.startswith("unknown") and not any(
-        m == "torch" or m.startswith("torch==") for m in missing.split(","))
-    if torch_present and choice != "uv":
+    if "torch" in present and choice != "uv":
         # the heavy part is here (linked from the host's python): pip sees it and adds only what is missing
         ensure_pip(python)
         result["installer"], result["source"] = "pip", "index"
@@ -560,8 +561,14 @@ def main():
         else:
             with timer("probe"):
                 probe = run([python, "-c", PROBE, wheel, ",".join(extras)])
-            missing = probe.stdout.strip() if probe.returncode == 0 else "unknown (probe failed)"
-            install(cfg, python, wheel, missing, timer, result)
+            lines = probe.stdout.splitlines() if probe.returncode == 0 else []
+            missing = lines[0].strip() if lines else "unknown (probe failed)"
+            present = lines[1].strip().split(",") if len(lines) > 1 else []
+            try:
+                install(cfg, python, wheel, missing, present, timer, result)
+            except SystemExit:  # no half-made venv: the helpers' guard must see "not synced" (exit 99)
+                shutil.rmtree(venv, ignore_errors=True)
+                raise
             with open(marker, "w") as f:
                 f.write(stamp + "\n")
             prune(os.path.dirname(wheel), keep=3)
