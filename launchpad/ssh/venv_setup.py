@@ -143,7 +143,7 @@ def pip_index_settings():
              os.path.join(sys.prefix, "pip.conf")]
     if os.environ.get("PIP_CONFIG_FILE"):
         files.append(os.environ["PIP_CONFIG_FILE"])
-    out = {"index_url": None, "extra_index_urls": [], "find_links": [], "no_index": False, "cert": None}
+    out: dict = {"index_url": None, "extra_index_urls": [], "find_links": [], "no_index": False, "cert": None}
     parser = configparser.RawConfigParser()
     try:
         parser.read([f for f in files if os.path.isfile(f)])
@@ -340,7 +340,9 @@ def resolve_to_wheelhouse(uv, python, requirement, wheelhouse, index, env, timer
     """uv resolves (pylock.toml), the wheels go into `wheelhouse` (sdists built there).
     -> (complete, problem): complete when every package but launchpad is a wheel in the folder."""
     try:
-        import tomllib
+        import importlib
+
+        tomllib = importlib.import_module("tomllib")  # Python 3.11+
     except ImportError:
         return False, "no tomllib on this Python (< 3.11): the wheel cache needs 3.11"
     work = os.path.join(wheelhouse, ".resolve")
@@ -542,7 +544,7 @@ def main():
     marker = os.path.join(venv, ".launchpad-wheel")
     stamp = f"{os.path.basename(wheel)} {','.join(extras)}"
     timer = Timer()
-    result = {"python": python}
+    result: dict = {"python": python}
     os.makedirs(os.path.dirname(venv), exist_ok=True)
     with open(venv + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

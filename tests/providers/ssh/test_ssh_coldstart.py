@@ -55,7 +55,8 @@ class RecordingIndex:
     """A package index on 127.0.0.1 that has nothing: every request is answered 404 and counted."""
 
     def __init__(self) -> None:
-        hits = self.hits = []
+        hits: list[str] = []
+        self.hits = hits
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server's name)
