@@ -20,6 +20,8 @@
     ├── StateError                      the local state database
     ├── JobBusy                         another launchpad process drives this job right now
     ├── JobStopped                      `launchpad down` tore the job down while this command drove it
+    ├── PreflightFailed                 a multi-node job's nodes failed the preflight (clock skew, the
+    │                                   all-reduce probe; bandwidth under the promise with --strict)
     └── JobFailed                       the trainer exited non-zero; `.log_tail` has its last lines
 """
 
@@ -138,3 +140,12 @@ class JobBusy(LaunchpadError):
 
 class JobStopped(LaunchpadError):
     pass
+
+
+class PreflightFailed(LaunchpadError):
+    """A multi-node job's nodes are not fit to train together (launchpad.preflight); the job fails before
+    its trainer starts. `report` holds what was measured up to the failure (a PreflightReport), if anything."""
+
+    def __init__(self, message: str, *, hint: str | None = None, report=None):
+        super().__init__(message, hint=hint)
+        self.report = report

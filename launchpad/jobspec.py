@@ -40,6 +40,7 @@ from .errors import BadInput
 SPEC_FILE = "job.json"
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")  # a host name, IPv4 or IPv6 address
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MAX_SPEC_BYTES = 16 * 2**20  # a job.json is kilobytes; refuse to read a runaway file whole
 
 
@@ -85,6 +86,9 @@ class JobSpec:
     node_rank: int | None = None
     master_addr: str | None = None
     master_port: int | None = None
+    #: environment the provider sets for the trainer (not secrets: NCCL/EFA settings, ...); the
+    #: instance's own environment wins, and the recipe's `env` (resolved at launch) wins over both
+    env: Mapping[str, str] = field(default_factory=dict)
 
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
@@ -107,6 +111,8 @@ class JobSpec:
         for key in ("preemption", "env_names"):
             if key in changes:
                 changes[key] = tuple(changes[key] or ())
+        if "env" in changes:
+            changes["env"] = {str(k): str(v) for k, v in (changes["env"] or {}).items()}
         return dataclasses.replace(self, **changes)
 
     def recipe_model(self):
@@ -126,6 +132,7 @@ class JobSpec:
         data["env_names"] = list(self.env_names)
         data["preemption"] = list(self.preemption)
         data["nodes"] = [{"rank": n.rank, "address": n.address} for n in self.nodes]
+        data["env"] = dict(self.env)
         return json.loads(json.dumps(data))  # plain JSON types only (deep copy)
 
     def dumps(self) -> str:
@@ -153,6 +160,7 @@ class JobSpec:
             workdir=data.get("workdir"), status_path=data.get("status_path"),
             nodes=tuple(Node(int(n["rank"]), n["address"]) for n in data.get("nodes") or ()),
             node_rank=data.get("node_rank"), master_addr=data.get("master_addr"), master_port=data.get("master_port"),
+            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
         )
 
     @classmethod
@@ -230,6 +238,10 @@ def _problems(src: str, data: dict[str, Any], on_instance: bool) -> list[str]:
         value = data.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problems.append(f"{src}: {key}: must be a list of strings")
+    env = data.get("env")
+    if env is not None and not (isinstance(env, dict) and all(
+            isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) for k, v in env.items())):
+        problems.append(f"{src}: env: must be an object of NAME: string")
     return problems + _multinode_problems(src, data)
 
 

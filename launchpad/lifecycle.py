@@ -34,12 +34,14 @@ from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
 from .phases import phase_times, record_agent_phases, sync_facts
 from .plugins import emit_job_event
+from .preflight import preflight_step, status_fields
 from .provider import Provider
 from .state import JobOptions, JobRecord, StateDB
 from .teardown import TeardownSteps
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
+PREEMPTED_OFFER_BLOCK_SECONDS = 3600.0  # a reclaimed spot offer is skipped for an hour by the job's next attempts
 MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` before giving the job back to the user
 _GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)
 
@@ -74,6 +76,8 @@ def new_job_id(name: str) -> str:
 
 
 class Lifecycle(TeardownSteps):
+    strict = False  # `up --strict` / `resume --strict`: a preflight warning fails the job before training
+
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
                  reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None,
                  locks: JobLocks | None = None):
@@ -180,6 +184,9 @@ class Lifecycle(TeardownSteps):
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id, **sync_facts(provider))
+            if hasattr(provider, "preflight"):  # multi-node: clock skew + all-reduce probe (launchpad.preflight)
+                preflight_step(provider, instance, bundle, strict=self.strict, reporter=self.reporter,
+                               event=lambda **data: self._event(job_id, "preflight", **data))
             with self.locks.step(job_id):
                 self._stop_if_torn_down(job_id, instance)
                 state = provider.status(instance)  # e.g. an SSH host whose claim was released meanwhile
@@ -250,7 +257,10 @@ class Lifecycle(TeardownSteps):
         if attempts and not any(e["kind"].startswith("provision:") and e["kind"] != "provision:attempt"
                                 and e["seq"] > attempts[-1]["seq"] for e in events):
             pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
-        blocked: list[Callable[[Offer], bool]] = []
+        # an offer that was just reclaimed (spot) is not tried again right away: the job moves on
+        recent = time.time() - PREEMPTED_OFFER_BLOCK_SECONDS
+        reclaimed = {e["data"].get("offer") for e in events if e["kind"] == "preempted" and e["ts"] > recent}
+        blocked: list[Callable[[Offer], bool]] = [lambda o: o.label in reclaimed]
         failures = []
         for ranked in planned.ranked:
             offer = ranked.offer
@@ -266,6 +276,7 @@ class Lifecycle(TeardownSteps):
                 job_id=job_id, token=token, tags={JOB_TAG: job_id}, nodes=recipe.resources.nodes,
                 disk=recipe.resources.disk, autostop_idle_minutes=recipe.autostop.idle_minutes,
                 autostop_action=TeardownMode(recipe.autostop.action),
+                disk_gb=planned.need.disk_gb,
             )
             try:
                 instance = provider.provision(offer, spec)
@@ -309,6 +320,8 @@ class Lifecycle(TeardownSteps):
                             if self._torn_down(job_id):
                                 continue  # not a preemption: `down` did it (raised at the loop's top)
                             self.db.set_instance_state(instance, state)
+                            if state is InstanceState.PREEMPTED and instance.offer is not None:
+                                self._event(job_id, "preempted", instance=instance.id, offer=instance.offer.label)
                             self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 progress = provider.progress(instance)
@@ -472,7 +485,9 @@ class Lifecycle(TeardownSteps):
                 job = self.db.job(job_id)
             row = job.to_json()
             row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
-            row["phase_times"] = phase_times(self.db.events(job_id))
+            events = list(self.db.events(job_id))
+            row.update(status_fields(events))  # the preflight's figures and warnings
+            row["phase_times"] = phase_times(events)
             inst = self._live_instance(job_id)
             if inst is not None:
                 try:

@@ -102,6 +102,7 @@ class InstanceSpec:
     disk: str = "any"  # "nvme" | "any"
     autostop_idle_minutes: int | None = None
     autostop_action: TeardownMode = TeardownMode.STOP
+    disk_gb: int = 0  # root/boot volume the plan asks for (0 = the provider's default)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ class Provider(ABC):
         """Is this provider usable here? Return None if so, else a one-line reason with the fix
         ("no AWS credentials: run `aws configure`"). Never raises."""
 
+    def describe(self) -> str | None:
+        """One line on what is usable, shown by `launchpad check` after a successful `check()` (e.g. the
+        regions enabled, the hosts listed). May do I/O; may raise `LaunchpadError`. Default: None."""
+        return None
+
     @abstractmethod
     def offers(self) -> list[Offer]:
         """Every `Offer` this provider can sell (catalog and/or live API). No filtering: the planner

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +234,8 @@ class StateDB:
         )
 
     def set_instance_state(self, instance: Instance, state: InstanceState) -> None:
-        ended = time.time() if state in (InstanceState.TERMINATED, InstanceState.PREEMPTED) else None
+        # A stopped instance bills no compute from here on (its disk still does: `instance_spans`).
+        ended = time.time() if state in (InstanceState.TERMINATED, InstanceState.PREEMPTED, InstanceState.STOPPED) else None
         self._tx(
             "UPDATE instances SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE provider = ? AND id = ?",
             (state.value, ended, instance.provider, instance.id),
@@ -262,6 +263,14 @@ class StateDB:
         now = now or time.time()
         rows = self._tx("SELECT price_per_hour, created_at, ended_at FROM instances WHERE job_id = ?", (job_id,))
         return sum((r["price_per_hour"] or 0) * max(0.0, ((r["ended_at"] or now) - r["created_at"])) / 3600 for r in rows)
+
+    def instance_spans(self, job_id: str) -> list[tuple[Instance, float, float | None]]:
+        """(instance, created_at, ended_at) of each instance of the job; ended_at = when it stopped billing
+        compute (stopped, preempted or terminated), None while it runs."""
+        rows = self._tx("SELECT state, data_json, created_at, ended_at FROM instances WHERE job_id = ? ORDER BY created_at",
+                        (job_id,)).fetchall()
+        return [(replace(Instance.from_dict(json.loads(r["data_json"])), state=InstanceState(r["state"])),
+                 r["created_at"], r["ended_at"]) for r in rows]
 
     # -- events ---------------------------------------------------------------------------------------
     def add_event(self, job_id: str, kind: str, data: dict | None = None) -> dict[str, Any]:

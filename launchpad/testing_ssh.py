@@ -20,6 +20,18 @@ from pathlib import Path
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
+def skewed_clock_env(offset_s: float) -> dict[str, str]:
+    """The session environment (`LoopbackSshd(env=...)`) of a host whose clock is `offset_s` seconds off:
+    libfaketime preloaded into every process of the session (`date`, python, the agent), monotonic clocks
+    left alone. Needs Debian's `faketime` package; RuntimeError naming it when libfaketime is missing."""
+    import glob
+
+    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    if not libs:
+        raise RuntimeError("libfaketime is needed to skew a test host's clock: apt-get install -y faketime")
+    return {"LD_PRELOAD": libs[0], "FAKETIME": f"{offset_s:+g}s", "DONT_FAKE_MONOTONIC": "1"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,6 +48,10 @@ class LoopbackSshd:
     authorized_keys: Path | None = None
     port: int = field(default_factory=free_port)
     sftp: bool = True  # False: no `Subsystem sftp` line, like some minimal or hardened hosts
+    #: the sessions' environment (OpenSSH's server-side `SetEnv`): what a cloud image would provide (the
+    #: object store's endpoint and credentials an instance role gives a real VM), or libfaketime's
+    #: LD_PRELOAD + FAKETIME for a host whose clock is off
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
     @property
@@ -72,6 +88,10 @@ class LoopbackSshd:
                  "UsePAM no", "AllowTcpForwarding yes", "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR"]
         if self.sftp:
             lines.append("Subsystem sftp internal-sftp")
+        if self.env:
+            if any(c in f"{k}{v}" for k, v in self.env.items() for c in '"\\\n'):
+                raise ValueError("env names and values cannot contain quotes, backslashes or newlines")
+            lines.append("SetEnv " + " ".join(f'"{k}={v}"' for k, v in self.env.items()))
         (self.dir / "sshd_config").write_text("\n".join(lines) + "\n")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd refuses to start without it
         with open(self.dir / "sshd.log", "ab") as log:

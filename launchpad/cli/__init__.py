@@ -69,8 +69,14 @@ def check(as_json: bool) -> None:
     dists = {name: dist for name, dist in plugin_names()}
     rows = []
     for name in sorted(get_provider_classes()):
+        detail = None
+        if name in usable:
+            try:
+                detail = usable[name].describe()
+            except Exception as e:  # a detail never turns a usable provider into an error
+                detail = f"(details unavailable: {e})"
         rows.append({"provider": name, "usable": name in usable, "reason": unavailable.get(name),
-                     "plugin": dists.get(name, "")})
+                     "detail": detail, "plugin": dists.get(name, "")})
     if as_json:
         emit_json({"providers": rows})
         return
@@ -80,7 +86,8 @@ def check(as_json: bool) -> None:
     for col in ("provider", "usable here", "plugin"):
         table.add_column(col)
     for row in rows:
-        mark = "[green]✓ yes[/]" if row["usable"] else f"[red]✗[/] {esc(row['reason'])}"
+        mark = (f"[green]✓ yes[/]{': ' + esc(row['detail']) if row['detail'] else ''}" if row["usable"]
+                else f"[red]✗[/] {esc(row['reason'])}")
         table.add_row(esc(row["provider"]), mark, esc(row["plugin"]))
     console().print(table)
     if not usable:
@@ -93,8 +100,11 @@ def check(as_json: bool) -> None:
 @click.option("--detach", "-d", is_flag=True, help="Return once training has started; follow with `status`/`logs`.")
 @click.option("--smoke", is_flag=True, help="Run 10 steps end to end before committing to a long run.")
 @click.option("--minimize", type=click.Choice(["cost", "time", "score"]), default="cost", show_default=True)
+@click.option("--strict", is_flag=True,
+              help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
+                   "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
 @json_option
-def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, as_json: bool) -> None:
+def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, strict: bool, as_json: bool) -> None:
     """Plan, provision, sync, train and checkpoint a recipe; tear down when done."""
     from pathlib import Path
 
@@ -103,6 +113,7 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
     r = _load(recipe)  # validation first: a bad recipe never reaches a provider
     text = Path(recipe).read_text(encoding="utf-8")
     lc = open_lifecycle(as_json, only=None)
+    lc.strict = strict
     job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize)
     if not as_json:
         console().print(f"[bold]job[/] {esc(job_id)}")
@@ -113,12 +124,16 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
 @cli.command()
 @click.argument("job")
 @click.option("--detach", "-d", is_flag=True, help="Return once training has restarted.")
+@click.option("--strict", is_flag=True,
+              help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
+                   "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
 @json_option
-def resume(job: str, detach: bool, as_json: bool) -> None:
+def resume(job: str, detach: bool, strict: bool, as_json: bool) -> None:
     """Continue a job after a preemption, a crash or Ctrl-C, from its newest complete checkpoint."""
     from ._run import open_lifecycle, run_reported
 
     lc = open_lifecycle(as_json)
+    lc.strict = strict
     result = run_reported(lc, as_json, lambda: lc.resume(job, detach=detach))
     _print_outcome(result, as_json, detach)
 
@@ -140,7 +155,8 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 @click.argument("job", required=False)
 @json_option
 def status(job: str | None, as_json: bool) -> None:
-    """Jobs with phase, step/total, loss, last checkpoint and cost so far."""
+    """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk)."""
+    from ..planner.disk import disk_usd_so_far
     from ._run import open_lifecycle, print_warnings
     from ._views import render_job, render_jobs
 
@@ -151,6 +167,8 @@ def status(job: str | None, as_json: bool) -> None:
         err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
     rows = lc.status_rows(job, on_error=warn)
+    for row in rows:  # cost_usd is instance time; the volumes also bill while an instance is stopped
+        row["disk_usd"] = round(disk_usd_so_far(lc.db.instance_spans(row["id"])), 4)
     print_warnings(lc.db)  # damaged rows are skipped, and said so
     if as_json:
         emit_json(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._common import console
+from ._common import console, esc
 
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
@@ -22,7 +22,8 @@ def _age(ts: float | None) -> str:
 
 def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
     """The jobs table, one line per job at any width: the id (what the next command takes) and the state
-    are never cut; the other columns give way (see _tables)."""
+    are never cut; the other columns give way (see _tables). cost = instance time (`cost_usd`) + block
+    volumes (`disk_usd`, which keep billing while an instance is stopped)."""
     from ._tables import Col, fit_table
 
     con = con or console()
@@ -39,8 +40,11 @@ def render_jobs(rows: list[dict[str, Any]], con: Any = None) -> None:
         ckpt = (r.get("last_checkpoint") or "").rsplit("/", 1)[-1]
         loss = f"{r['loss']:.3f}" if r.get("loss") is not None else ""
         cells.append([r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
-                      step, loss, ckpt, f"${r['cost_usd']:.2f}", _age(r.get("created_at"))])
+                      step, loss, ckpt, f"${r['cost_usd'] + (r.get('disk_usd') or 0):.2f}", _age(r.get("created_at"))])
     con.print(fit_table("jobs", cols, cells, con.width))
+    for r in rows:  # the preflight's warnings (multi-node jobs), one line each under the table
+        for warning in r.get("warnings") or []:
+            con.print(f"[yellow]![/] {esc(r['id'])}: {esc(warning)}", soft_wrap=True)
 
 
 def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -50,11 +54,17 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
     table.add_column(style="bold")
     table.add_column()
     for key in ("name", "state", "phase", "provider", "step", "total_steps", "loss", "tokens_per_s",
-                "last_checkpoint", "cost_usd", "error", "recipe"):
+                "last_checkpoint", "cost_usd", "disk_usd", "error", "recipe"):
         value = row.get(key)
+        if key == "disk_usd" and not value:
+            continue  # no block volume billed (local, ssh hosts) or none recorded
         if value is not None:
-            table.add_row(key, f"{value:.4g}" if isinstance(value, float) and key != "cost_usd" else
-                          f"${value:.2f}" if key == "cost_usd" else str(value))
+            money = key in ("cost_usd", "disk_usd")
+            table.add_row(key, f"${value:.2f}" if money else f"{value:.4g}" if isinstance(value, float) else str(value))
+    if row.get("preflight"):
+        table.add_row("preflight", _preflight_text(row["preflight"]))
+    for warning in row.get("warnings") or []:
+        table.add_row("[yellow]warning[/]", esc(warning))
     console().print(table)
     render_phases(row.get("phase_times") or {})
     ev = Table(title="events", title_justify="left")
@@ -86,3 +96,20 @@ def render_phases(phases: dict[str, Any]) -> None:
         how = ", ".join(f"{k}={v}" for k, v in detail.items() if k in ("venv", "installer", "source", "wheel_cache") and v)
         table.caption = f"environment: {how}"
     console().print(table)
+
+
+def _preflight_text(p: dict[str, Any]) -> str:
+    """``skew 0.003 s; bus bandwidth 10.5 Gb/s (gloo, 2 ranks), 12% of 100 Gb/s promised`` (or failed: ...)."""
+    from ..preflight import percent
+
+    parts = []
+    if p.get("skew_s") is not None:
+        parts.append(f"clock skew {p['skew_s']:.3f} s")
+    if p.get("busbw_gbps") is not None:
+        bw = f"bus bandwidth {p['busbw_gbps']:.1f} Gb/s ({p.get('backend')}, {p.get('world_size')} ranks)"
+        if p.get("expected_gbps"):
+            bw += f", {percent(p.get('share') or 0)} of {p['expected_gbps']:g} Gb/s promised"
+        parts.append(bw)
+    if p.get("failed"):
+        parts.append(f"failed: {p['failed']}")
+    return esc("; ".join(parts))

@@ -69,13 +69,32 @@ def _offers_table(title: str, rows: list, *, width: int | None = None):
     cols = [Col("#", "right", 4, whole=True), Col("provider", priority=8), Col("instance type", priority=7),
             Col("GPU", priority=9), Col("region", priority=6), Col("$/h", "right", 10, whole=True),
             Col("est. time", "right", 6, whole=True), Col("est. cost", "right", 10, whole=True),
-            Col("score", "right", 2, whole=True), Col("host", priority=1)]
+            Col("score", "right", 2, whole=True), Col("stopped", "right", 3, whole=True), Col("host", priority=1)]
     cells = []
     for i, r in enumerate(rows, 1):
         o = r.offer
         cells.append([str(i), o.provider, o.instance_type + (" (spot)" if o.spot else ""), _gpu(o), _where(o),
-                      _rate(o.price), _hours(r.est_hours), _money(r.est_cost), f"{r.score:.2f}", _host(o)])
+                      _rate(o.price), _hours(r.est_hours), _money(r.est_cost), f"{r.score:.2f}",
+                      _per_day(r.breakdown.get("stopped_usd_per_day")), _host(o)])
     return fit_table(title, cols, cells, _width(width))
+
+
+def _per_day(x: float | None) -> str:
+    return "-" if x is None else f"{_money(x)}/d"
+
+
+def _stopped_line(need: Any, r: Any) -> str | None:
+    """What the best offer keeps billing once autostop has stopped it (the "stopped" column, which narrow
+    terminals drop), e.g. "stopped (...): $0.13/day (disk, 50 GB)"; None when nothing does."""
+    per_day = r.breakdown.get("stopped_usd_per_day")
+    if per_day is None:
+        return None
+    nodes = f"{need.nodes} x " if need.nodes > 1 else ""
+    line = (f"stopped (autostop.action: stop): {_money(per_day)}/day (disk, {nodes}{need.disk_gb} GB) for the "
+            "first offer")
+    if r.breakdown.get("nvme_lost_on_stop"):
+        line += "; the data on its local NVMe does not survive a stop"
+    return f"[dim]{line}[/]"
 
 
 def _market_table(title: str, rows: list, *, width: int | None = None):
@@ -108,6 +127,8 @@ def _need_line(need: Any) -> str:
         parts.append("regions " + ",".join(need.regions))
     if need.max_price:
         parts.append(f"max ${need.max_price:g}/h")
+    if need.disk_gb:
+        parts.append(f"disk {need.disk_gb} GB" + (" per node" if need.nodes > 1 else ""))
     return "Need: " + "; ".join(parts)
 
 
@@ -153,8 +174,11 @@ def _explain(plan: Any, con: Any) -> None:
             (r.breakdown.get("boot_s", 0) + r.breakdown.get("prewarm_s", 0)) / 3600)))
         t.add_row("training", "", *cells("", lambda r, k: _hours(r.breakdown.get("train_s", 0) / 3600)))
         t.add_row("egress", "", *cells("", lambda r, k: _money(r.breakdown.get("egress_usd", 0))))
+        t.add_row(f"disk ({need.disk_gb} GB)", "", *cells("", lambda r, k: _money(r.breakdown.get("disk_usd", 0))))
         t.add_row("[bold]est. time[/]", "", *cells("", lambda r, k: _hours(r.est_hours)))
         t.add_row("[bold]est. cost[/]", "", *cells("", lambda r, k: _money(r.est_cost)))
+        if need.autostop_action == "stop":
+            t.add_row("stopped, per day", "", *cells("", lambda r, k: _per_day(r.breakdown.get("stopped_usd_per_day"))))
         con.print(t)
         b = win.breakdown
         con.print(f"Ranked by {plan.minimize}"
@@ -165,6 +189,9 @@ def _explain(plan: Any, con: Any) -> None:
     gpus = need.gpu.count_min if need.gpu else 1
     con.print(f"Host need per node ({gpus} GPU{'s' if gpus > 1 else ''}): {need.host_ram_for(gpus):.1f} GB RAM "
               f"({need.host_why}), {need.host_cpus_for(gpus)} vCPUs; the cheapest host shape that has both is taken.")
+    if need.disk_gb:
+        con.print(f"Disk per node: {need.disk_gb} GB ({need.disk_why}); it bills at the provider's $/GB-month while "
+                  "the machine runs and while it is stopped.")
     if need.memory is not None:
         m = need.memory
         parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts.items() if v >= 0.05)
@@ -221,6 +248,8 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     if p.ranked:
         con.print(_offers_table(f"offers for {r.name} ({len(p.ranked)} feasible, best first by {minimize})",
                                 list(p.ranked[:top])))
+        if line := _stopped_line(p.need, p.ranked[0]):
+            con.print(line)
     else:
         con.print("[red]No configured provider can run this recipe.[/] " + (
             "Configure one of the providers below (`launchpad check` shows why each is unavailable)."
@@ -230,6 +259,8 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
         rows = [u for u in p.unconfigured if best_conf is None or u.est_cost < best_conf][: min(top, 5)]
         if rows:
             con.print(_offers_table("also possible with a provider you have not configured", rows))
+            if not p.ranked and (line := _stopped_line(p.need, rows[0])):
+                con.print(line)
             for name in sorted({u.offer.provider for u in rows}):
                 why = unavailable.get(name) or f"no launchpad-{name} plugin installed"
                 con.print(f"  [dim]{name}: not configured ({why})[/]")

@@ -5,6 +5,7 @@ Public API (the lifecycle and the CLI call these)::
     plan(recipe, providers, unavailable, *, minimize="cost", top=None, include_catalog=True,
          only_providers=None) -> Plan
     plan_to_json(plan) -> dict              # {"need", "offers": [...], "rejected": [...], ...}
+    stopped_cost(ranked_offer) -> dict      # disk_usd, stopped_usd_per_day, stopped_note
     rejection_summary(plan, limit=None)     # [(reason, count), ...] most common first
     blocked(offer, scope) -> predicate      # failover: which offers a NoCapacity/AuthError rules out
 
@@ -24,8 +25,8 @@ from ..models import Offer
 from .core import MINIMIZE, plan
 from .types import Need, Plan, RankedOffer, Rejection
 
-__all__ = ["plan", "plan_to_json", "blocked", "rejection_summary", "offer_json", "Plan", "Need", "RankedOffer",
-           "Rejection", "MINIMIZE", "SCOPES"]
+__all__ = ["plan", "plan_to_json", "blocked", "rejection_summary", "offer_json", "stopped_cost", "Plan", "Need",
+           "RankedOffer", "Rejection", "MINIMIZE", "SCOPES"]
 
 SCOPES = ("offer", "zone", "region", "provider")
 
@@ -58,14 +59,28 @@ def offer_json(offer: Offer, configured: bool) -> dict[str, Any]:
     }
 
 
+def stopped_cost(r: RankedOffer) -> dict[str, Any]:
+    """The root volume's part of a ranked offer: `disk_usd` (in est_cost), `stopped_usd_per_day` (what an
+    idle-stopped machine keeps billing; None when nothing does) and a `stopped_note` for local NVMe."""
+    b = r.breakdown
+    stopped = b.get("stopped_usd_per_day")
+    out: dict[str, Any] = {"disk_usd": round(b.get("disk_usd", 0.0), 4),
+                           "stopped_usd_per_day": None if stopped is None else round(stopped, 4)}
+    if b.get("nvme_lost_on_stop"):
+        out["stopped_note"] = "the data on local NVMe (pre-warmed weights, datasets) does not survive a stop"
+    return out
+
+
 def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """The `--json` form: `offers` best first (offer fields + score, est_hours, est_cost, configured, scores),
+    """The `--json` form: `offers` best first (offer fields + score, est_hours, est_cost, configured, scores,
+    `stopped_cost`'s disk_usd, stopped_usd_per_day and stopped_note),
     `unconfigured` (the same for offers of providers not configured that would fit) and `rejected`
     (offer fields + reason + code)."""
     def ranked_json(r: RankedOffer, configured: bool) -> dict[str, Any]:
         d = offer_json(r.offer, configured)
         d.update(score=round(r.score, 4), est_hours=round(r.est_hours, 4), est_cost=round(r.est_cost, 4),
                  scores={k: round(v, 4) for k, v in r.scores.items()})
+        d.update(stopped_cost(r))
         return d
 
     offers = [ranked_json(r, True) for r in plan.ranked]

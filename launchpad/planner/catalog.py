@@ -31,11 +31,15 @@ class Facts:
     cuda: str | None = None
     nvlink: bool = False
     fabric: str = "ethernet"
+    fabric_gbps: float | None = None  # inter-node bandwidth promised per node (all NICs), Gb/s; None = unknown
     stop: bool = True
     spot: bool = True
     multi_node: bool = True
     load_10gb_s: float = 100.0
     egress_per_gb: float = 0.09
+    # USD per GB-month of the block volume the instance boots from; it also bills while the instance is
+    # stopped. 0 = part of the instance price (local disk only) or not known: nothing is added.
+    disk_per_gb_month: float = 0.0
     availability: float = 0.5
     cost_transparency: float = 0.5
     ops: float = 0.5

@@ -110,6 +110,8 @@ class _Evaluator:
                 extra = None
                 if self.hook is not None:
                     extra = [t for r in self.hook(offer=o, need=self.need) or () for t in (r or ())]
+                if facts.stop and self.unsupported(o.provider, Capability.STOP, facts):
+                    facts = replace(facts, stop=False)  # the configured class cannot stop: nothing bills stopped
                 hit = profile(o, self.need, facts, self.weights, extra)
             self._variant[vkey] = hit
         return hit
@@ -277,7 +279,8 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
                     add(Rejection(v, f"${price * nodes:.2f}/h is over max_price ${max_price:g}/h", "price", is_conf))
                     continue
                 p: Profile = res  # type: ignore[assignment]
-                ro = RankedOffer(v, p.score, p.scores, p.hours, p.hours * price * nodes + p.egress_usd, p.breakdown)
+                ro = RankedOffer(v, p.score, p.scores, p.hours, p.hours * price * nodes + p.egress_usd + p.disk_usd,
+                                 p.breakdown)
                 if not_conf is not None:
                     add(Rejection(v, not_conf, "not_configured", False))
                     elsewhere.append(ro)

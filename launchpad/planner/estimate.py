@@ -4,6 +4,8 @@
     training  = k x params x tokens / (GPUs x peak TFLOPs x MFU x scaling efficiency)
                 k = 6 full, 4 adapters (+2 when activations are recomputed); MFU lower without FlashAttention-2
     est. cost = est. time x $/h x nodes + egress of the final checkpoint
+                + the root volumes (Need.disk_gb per node) at the provider's $/GB-month for est. time
+    stopped   = what those volumes bill per day while an idle machine is stopped (autostop.action: stop)
 
 Everything here is a pure function of (offer shape, need): the planner caches it per instance shape.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..models import Offer
 from .catalog import Facts
+from .disk import stopped_usd_per_day, volume_usd
 from .settings import gpu_info, planner_settings
 from .types import Need
 
@@ -47,6 +50,7 @@ class Profile:
     flash_attention: bool
     tflops: float
     breakdown: Mapping[str, float] = None  # type: ignore[assignment]
+    disk_usd: float = 0.0
 
 
 def flash_attention_ok(offer: Offer) -> bool:
@@ -105,6 +109,7 @@ def profile(offer: Offer, need: Need, facts: Facts, weights: Mapping[str, float]
     prewarm_s = (need.download_bytes + need.dataset_bytes) / 1e10 * load
     hours = (boot_s + prewarm_s + train_s) / 3600.0
     egress = need.checkpoint_bytes / 1e9 * (facts.egress_per_gb if facts.known else float(est["default_egress_per_gb"]))
+    disk_usd = volume_usd(need.disk_gb, facts, hours, need.nodes)
 
     # -- the seven dimensions ----------------------------------------------------------------------------
     spot = offer.spot
@@ -144,6 +149,11 @@ def profile(offer: Offer, need: Need, facts: Facts, weights: Mapping[str, float]
     score = total / total_w if total_w else 0.0
     breakdown = {"boot_s": boot_s, "prewarm_s": prewarm_s, "train_s": train_s, "egress_usd": egress,
                  "tflops_per_gpu": tflops, "mfu": mfu, "flash_attention": float(fa2), "world_size": float(world),
-                 "tokens": need.tokens(world)}
+                 "tokens": need.tokens(world), "disk_usd": disk_usd}
+    stopped = stopped_usd_per_day(need.disk_gb, facts, need.nodes) if need.autostop_action == "stop" else None
+    if stopped is not None:
+        breakdown["stopped_usd_per_day"] = stopped
+        if offer.nvme_gb > 0:  # the pre-warmed weights and datasets on it are gone after a stop
+            breakdown["nvme_lost_on_stop"] = 1.0
     return Profile(scores=scores, score=score, hours=hours, boot_s=boot_s, prewarm_s=prewarm_s, train_s=train_s,
-                   egress_usd=egress, flash_attention=fa2, tflops=tflops, breakdown=breakdown)
+                   egress_usd=egress, flash_attention=fa2, tflops=tflops, breakdown=breakdown, disk_usd=disk_usd)

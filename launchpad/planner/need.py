@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from .disk import disk_need
 from .memory import GIB, estimate_memory, model_shape, setup_from_recipe
 from .settings import planner_settings
 from .types import Need
@@ -110,6 +111,8 @@ def need_from_recipe(recipe: Any) -> Need:
         ckpt = memory.trainable_params * 2.0
 
     host_ram, host_why = _host_need(params, memory, res.nodes)
+    disk_gb, disk_why = disk_need(download_bytes=download, dataset_bytes=ds_bytes_for_io, checkpoint_bytes=ckpt,
+                                  memory=memory, keep=recipe.checkpoint.keep, nodes=res.nodes)
     providers = tuple(res.providers)
     autostop = recipe.autostop
     needs_stop = autostop.action == "stop" and "action" in getattr(autostop, "model_fields_set", set())
@@ -122,7 +125,8 @@ def need_from_recipe(recipe: Any) -> Need:
         tokens_source=source, dataset_bytes=ds_bytes_for_io, download_bytes=download, checkpoint_bytes=ckpt,
         gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora",
         host_ram_gb=host_ram, host_ram_per_gpu_gb=HOST_PER_GPU_GB, host_cpus_per_gpu=HOST_CPUS_PER_GPU,
-        host_why=host_why, notes=tuple(notes),
+        host_why=host_why, disk_gb=disk_gb, disk_why=disk_why, autostop_action=autostop.action,
+        notes=tuple(notes),
     )
 
 

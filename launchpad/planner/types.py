@@ -55,6 +55,12 @@ class Need:
     host_ram_per_gpu_gb: float = 0.0
     host_cpus_per_gpu: int = 0
     host_why: str = ""
+    # The root volume of each node, GiB (launchpad.planner.disk): weights, datasets, local checkpoints, env,
+    # OS, headroom; 0 = not estimated (no volume cost). `autostop_action`: what an idle machine does
+    # (stop keeps the volume billing: the plan shows that cost per day).
+    disk_gb: int = 0
+    disk_why: str = ""
+    autostop_action: str = "stop"
     notes: tuple[str, ...] = ()
 
     def vram_for(self, world_size: int) -> float | None:
@@ -84,6 +90,7 @@ class Need:
             "needs_stop": self.needs_stop, "tokens": self.tokens(1), "tokens_source": self.tokens_source,
             "host_ram_gb": round(self.host_ram_for(self.gpu.count_min if self.gpu else 1), 1),
             "host_vcpus": self.host_cpus_for(self.gpu.count_min if self.gpu else 1), "host_why": self.host_why,
+            "disk_gb": self.disk_gb, "disk_why": self.disk_why, "autostop_action": self.autostop_action,
             "notes": list(self.notes),
         }
 
@@ -97,7 +104,9 @@ class RankedOffer:
     scores: Mapping[str, float]
     est_hours: float
     est_cost: float
-    breakdown: Mapping[str, float] = field(default_factory=dict)  # boot_s, prewarm_s, train_s, egress_usd
+    # boot_s, prewarm_s, train_s, egress_usd, disk_usd (the root volumes over est_hours, in est_cost);
+    # stopped_usd_per_day only when an idle stop keeps a volume billing; nvme_lost_on_stop 1.0 on NVMe offers
+    breakdown: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)  # slots: the planner makes one per rejected offer (~100k)

@@ -102,6 +102,7 @@ def trainer_command(
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc_per_node))
     if "TORCH_EXTENSIONS_DIR" not in os.environ:  # DeepSpeed compiles ops on first use: keep them
         env["TORCH_EXTENSIONS_DIR"] = _cache_dir(spec, spec_path, "torch_extensions")
+    env.update({k: v for k, v in spec.env.items() if k not in os.environ})  # the provider's (NCCL/EFA)
     module = ["-m", "launchpad.train", "--spec", spec_path]
     if not needs_launcher(spec, nnodes=nnodes, nproc_per_node=nproc_per_node):
         return [sys.executable, *module], env

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,3 +91,52 @@ def test_offers_table_and_bad_spec(run_cli) -> None:
     assert proc.returncode == 0 and "1xA100 80G" in proc.stdout and "showing the cheapest 3" in proc.stdout
     bad = run_cli("offers", "--gpu", "A100:zero")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# ---- the root volume: disk size, its cost, and what a stopped machine keeps billing -----------------------
+
+def test_plan_json_disk_and_stopped_cost(run_cli, tmp_path: Path) -> None:
+    proc = run_cli("plan", write(tmp_path, QLORA_8B), "--json", "--provider", "aws", "--top", "5")
+    assert proc.returncode == 1, proc.stderr  # aws is not configured here; the JSON still says what it would cost
+    data = json.loads(proc.stdout)
+    need = data["need"]
+    assert need["disk_gb"] == 50 and "model weights" in need["disk_why"] and need["autostop_action"] == "stop"
+    best = data["unconfigured"][0]
+    assert best["provider"] == "aws" and best["disk_usd"] > 0
+    assert best["stopped_usd_per_day"] == round(50 * 0.08 / 30, 4)  # gp3: $0.13/day for 50 GB
+    assert "does not survive a stop" in best["stopped_note"]  # g6e: instance-store NVMe
+    term = write(tmp_path, {**QLORA_8B, "autostop": {"action": "terminate"}})
+    data = json.loads(run_cli("plan", term, "--json", "--provider", "aws", "--top", "5").stdout)
+    assert all(u["stopped_usd_per_day"] is None and u["disk_usd"] > 0 for u in data["unconfigured"])
+
+
+def test_plan_table_shows_disk_and_stopped_cost_at_80_columns(run_cli, tmp_path: Path) -> None:
+    proc = run_cli("plan", write(tmp_path, QLORA_8B), "--provider", "aws", env={"COLUMNS": "80"})
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("also possible"))
+    table = lines[start: start + 3 + 5]
+    assert all(len(line) <= 80 for line in table) and all("$" in line for line in table[3:])
+    text = " ".join(proc.stdout.split())
+    assert "disk 50 GB" in text
+    assert "stopped (autostop.action: stop): $0.13/day (disk, 50 GB)" in text
+    assert "does not survive a stop" in text
+
+
+@pytest.mark.parametrize("width", [80, 170])
+def test_stopped_column_only_where_it_fits(width: int) -> None:
+    from rich.console import Console
+
+    from launchpad.cli.plan_cmds import _offers_table
+    from launchpad.planner import plan
+    from launchpad.recipe import load_recipe
+
+    path = REPO / "recipes" / "smoke-lora.yaml"
+    p = plan(load_recipe(path), {}, {}, only_providers=("aws",))
+    rows = list(p.unconfigured[:5])
+    assert rows and all(r.breakdown["stopped_usd_per_day"] > 0 for r in rows)
+    con = Console(width=width, record=True, color_system=None)
+    with con.capture() as cap:
+        con.print(_offers_table("ranked", rows, width=width))
+    lines = cap.get().splitlines()
+    assert len(lines) == 3 + len(rows) and all(len(line) <= width for line in lines)
+    assert ("stopped" in lines[1]) == (width > 80) and ("/d" in lines[3]) == (width > 80)

@@ -42,6 +42,7 @@ from launchpad.models import (
     TeardownMode,
 )
 from launchpad.plugins import hookimpl
+from launchpad.preflight import Promise
 from launchpad.ssh.hostkeys import HostKeyChanged
 from launchpad.vm import VMProvider, resolve_root
 
@@ -385,6 +386,19 @@ class SSHProvider(VMProvider):
                           node_rank=int(instance.data.get("node_rank") or 0), master_addr=nodes[0]["address"],
                           master_port=int(instance.data["master_port"]))
         return extras
+
+    def fabric_promise(self, instance: Instance) -> Promise | None:
+        """The slowest `fabric_gbps` that hosts.yaml states for the job's hosts (the all-reduce is only as
+        fast as its slowest link); None when none states one."""
+        stated = []
+        for node in self.nodes(instance):
+            host = self.host(node.data.get("host", ""))
+            if host is not None and host.fabric_gbps:
+                stated.append((host.fabric_gbps, host.name))
+        if not stated:
+            return super().fabric_promise(instance)
+        gbps, name = min(stated)
+        return Promise(gbps, f"{self.hosts_path.name}: fabric_gbps of {name}")
 
     def checkpoint_uri_for(self, instance: Instance) -> str | None:
         """A host's own `checkpoint_uri` wins over the provider-wide default (the recipe's wins over both)."""

@@ -9,7 +9,8 @@ line naming the file, the host and the field.
         gpus: A100:80GB:8           # dstack style NAME[:MEMORY]:COUNT, or {name: A100, count: 8, memory_gb: 80}
         price_per_hour: 10.32       # what you pay (the planner ranks on it); 0 for hardware you own
         # optional: port, private_address, key, host_key ("ssh-ed25519 AAAA..."), proxy_jump, region, labels, vcpus,
-        # memory_gb, nvme_gb, mount_nvme, cuda, python, root, checkpoint_uri, stop_command, connect_timeout
+        # memory_gb, nvme_gb, mount_nvme, cuda, python, root, checkpoint_uri, stop_command, connect_timeout,
+        # fabric_gbps (the bandwidth between your hosts, Gb/s: the multi-node preflight's all-reduce is judged against it)
     checkpoint_uri: s3://bucket/checkpoints     # optional default for every host
 """
 
@@ -80,6 +81,7 @@ class Host(BaseModel):
     checkpoint_uri: str | None = None
     stop_command: list[str] | None = Field(None, min_length=1)
     connect_timeout: float = Field(30.0, gt=0, le=3600)
+    fabric_gbps: float | None = Field(None, gt=0, le=100000)  # inter-node bandwidth per host, Gb/s (what you paid for)
 
     _plain = field_validator("address", "private_address", "user", "key", "python", "root", "proxy_jump")(_no_space)
 
