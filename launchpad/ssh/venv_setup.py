@@ -24,8 +24,8 @@ It prints one JSON line: {"python", "action": "reused"|"installed", "deps", "ins
   stack with uv (found on the host, taken from the wheel cache, or fetched once into ROOT/tools/uv),
   falling back to pip:
     * from the wheel cache when it is complete for this key (the job's object store, under
-      ``_cache/wheels/<key>/``, copied into ROOT/wheelhouse/<key>/): ``--no-index --find-links``, no
-      index is contacted;
+      ``_cache/wheels/<key>/``: a file:// store's folder in place, else downloaded in parallel from
+      presigned URLs into ROOT/wheelhouse/<key>/): ``--no-index --find-links``, no index is contacted;
     * else resolved by uv (``uv pip compile --format pylock.toml``), the wheels downloaded in parallel
       into ROOT/wheelhouse/<key>/ (sdists built into wheels there), installed from that folder. The
       folder is reported as "wheelhouse" and the agent uploads it to the store (INDEX.json last) while
@@ -296,25 +296,35 @@ def cache_index(cache):
 
 
 def fetch_cache(cache, wheelhouse):
-    """Copy a complete wheel cache into `wheelhouse`; its file paths, or None (no complete cache)."""
+    """A complete wheel cache for this key: (its wheel files, the folder to install from), or
+    (None, wheelhouse). A file:// store's folder is used in place (no copy); a store's presigned
+    URLs are downloaded into `wheelhouse` in parallel."""
     index = cache_index(cache)
     if not index or not index.get("complete") or not index.get("files"):
-        return None
+        return None, wheelhouse
     urls = cache.get("urls") or {}
     jobs = []
     for f in index["files"]:
         name = f["name"]
         if os.path.basename(name) != name:
-            return None
-        source = os.path.join(cache["dir"], name) if cache.get("dir") else urls.get(name)
-        if not source:
-            return None
-        jobs.append((source, os.path.join(wheelhouse, name), f.get("size")))
+            return None, wheelhouse
+        if cache.get("dir"):
+            path = os.path.join(cache["dir"], name)
+            if not os.path.isfile(path) or (f.get("size") is not None and os.path.getsize(path) != f["size"]):
+                note(f"the wheel cache in {cache['dir']} lacks {name}; installing from the index")
+                return None, wheelhouse
+            jobs.append(path)
+        elif urls.get(name):
+            jobs.append((urls[name], os.path.join(wheelhouse, name), f.get("size")))
+        else:
+            return None, wheelhouse
+    if cache.get("dir"):
+        return jobs, cache["dir"]
     try:
-        return fetch_all(jobs)
+        return fetch_all(jobs), wheelhouse
     except OSError as e:
         note(f"the wheel cache could not be read ({e}); installing from the index")
-        return None
+        return None, wheelhouse
 
 
 def pick_wheel(wheels, python):
@@ -465,7 +475,7 @@ def install(cfg, python, wheel, missing, present, timer, result):
     wheelhouse = os.path.join(root, "wheelhouse", key)
     os.makedirs(wheelhouse, exist_ok=True)
     with timer("cache"):
-        cached = fetch_cache(cache, wheelhouse) if cache else None
+        cached, links = fetch_cache(cache, wheelhouse) if cache else (None, wheelhouse)
     if choice != "pip":
         with timer("uv"):
             uv, uv_wheel = find_uv(root, cached or [], fetch=True)
@@ -474,10 +484,10 @@ def install(cfg, python, wheel, missing, present, timer, result):
     if uv is None:
         ensure_pip(python)
         result["installer"] = "pip"
-        links = ["--find-links", wheelhouse]
         result["source"] = "cache" if cached else "index"
         with timer("install"):
-            proc = run(pip + (["--no-index"] if cached else []) + links + [wheel + (f"[{','.join(extras)}]" if extras else "")])
+            target = wheel + (f"[{','.join(extras)}]" if extras else "")
+            proc = run(pip + (["--no-index"] if cached else []) + ["--find-links", links, target])
         if proc.returncode != 0:
             fail(f"pip install failed (missing before: {missing})", proc)
         return
@@ -485,7 +495,7 @@ def install(cfg, python, wheel, missing, present, timer, result):
     index = index_args(cfg.get("index"), "uv")
     if cached:
         with timer("install"):
-            proc = run([uv, "pip", "install", "--quiet", "--python", python, "--no-index", "--find-links", wheelhouse,
+            proc = run([uv, "pip", "install", "--quiet", "--python", python, "--no-index", "--find-links", links,
                         requirement], env=env)
         if proc.returncode == 0:
             result["source"] = "cache"

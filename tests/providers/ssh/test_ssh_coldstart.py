@@ -23,6 +23,7 @@ from launchpad.errors import ProviderError
 from launchpad.jobspec import JobSpec
 from launchpad.models import JOB_TAG, Bundle, InstanceSpec
 from launchpad.recipe import load_recipe
+from launchpad.testing_ssh import free_port
 from launchpad.train.envcheck import EnvironmentMismatch
 from launchpad.wheelcache import CACHE_PREFIX, INDEX, PENDING_FILE
 
@@ -106,6 +107,44 @@ def bare_python(tmp_path_factory, uv_binary) -> Path:
     return venv / "bin" / "python"
 
 
+@pytest.fixture
+def moto_s3(tmp_path, monkeypatch):
+    """moto's S3 server on 127.0.0.1 with a bucket; its env (endpoint, test credentials) set here too."""
+    import shutil
+
+    exe = shutil.which("moto_server") or shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("moto's server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "AKIDTESTING",
+           "AWS_SECRET_ACCESS_KEY": "s3cr3t-stays-off-the-host", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_CONFIG_FILE": str(tmp_path / "aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-creds")}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                import socket
+
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        import boto3
+
+        boto3.session.Session().client("s3").create_bucket(Bucket="lp-wheels")
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def provider_for(home: Path, sshd_pair, client_key, python: Path | str, root: Path, **config):
     from launchpad_ssh import SSHProvider
 
@@ -164,6 +203,7 @@ def test_a_host_python_with_the_stack_is_reused_checked_and_fast(launchpad_home,
         provider.close()
 
 
+@pytest.mark.slow
 def test_a_recipe_this_stack_cannot_run_fails_at_sync_in_one_line(launchpad_home, sshd_pair, client_key, tmp_path):
     provider = provider_for(launchpad_home, sshd_pair, client_key, sys.executable, tmp_path / "root")
     job = f"mismatch-{uuid.uuid4().hex[:6]}"
@@ -242,5 +282,57 @@ def test_a_bare_host_fills_the_wheel_cache_and_the_next_instance_installs_from_i
         finally:
             third.teardown(inst3)
             third.close()
+    finally:
+        index_server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.object_store
+def test_an_s3_wheel_cache_reaches_a_bare_host_through_presigned_urls(
+        launchpad_home, sshd_pair, client_key, bare_python, moto_s3, tmp_path):
+    import boto3
+
+    uri = "s3://lp-wheels/jobs"
+    small = {"extras": ["s3"], "env_check": False}  # boto3 in the host's venv: the agent's uploads need it
+
+    def s3_bundle(job_id: str) -> Bundle:
+        b = bundle_for(tmp_path, job_id, tmp_path / "unused")
+        return Bundle(job_spec=b.job_spec.replace(checkpoint_uri=uri), recipe_text=b.recipe_text, env=dict(moto_s3))
+
+    first = provider_for(launchpad_home, sshd_pair, client_key, bare_python, tmp_path / "root-a", **small)
+    job = f"s3-{uuid.uuid4().hex[:6]}"
+    inst = first.provision(first.offers()[0], spec(job))
+    try:
+        bundle = s3_bundle(job)
+        first.sync(inst, bundle)
+        stats = first.last_sync
+        assert (stats["source"], stats.get("wheel_cache")) == ("index", "to upload"), stats
+        first.train(inst, bundle)  # the agent (with the recipe's env: the store's credentials) uploads
+        deadline = time.monotonic() + 120
+        while first.progress(inst).running and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        first.teardown(inst)
+        first.close()
+    s3 = boto3.session.Session().client("s3")
+    key = f"jobs/{CACHE_PREFIX}/{stats['cache_key']}/{INDEX}"
+    index = json.loads(s3.get_object(Bucket="lp-wheels", Key=key)["Body"].read())
+    assert index["complete"] and any(f["name"].startswith("boto3-") for f in index["files"])
+
+    index_server = RecordingIndex()
+    try:
+        second = provider_for(launchpad_home, sshd_pair, client_key, bare_python, tmp_path / "root-b",
+                              index_url=index_server.url, **small)
+        job2 = f"s3-{uuid.uuid4().hex[:6]}"
+        inst2 = second.provision(second.offers()[0], spec(job2))
+        try:
+            second.sync(inst2, s3_bundle(job2))
+            assert second.last_sync["source"] == "cache" and index_server.hits == [], second.last_sync
+            config = json.loads((Path(second.workdir(inst2)) / "venv-setup.json").read_text())
+            urls = config["cache"]["urls"].values()  # signed URLs, never the store's credentials, reach the host
+            assert urls and all("Signature=" in url for url in urls) and "s3cr3t" not in json.dumps(config)
+        finally:
+            second.teardown(inst2)
+            second.close()
     finally:
         index_server.close()
