@@ -108,10 +108,13 @@ def run_up_over_ssh(sshd: LoopbackSshd, host: Host, work: Path, steps: int | Non
     return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
 
 
-# TODO(aws): `--provider aws` — the AWS provider on moto EC2 with each instance mapped to a loopback sshd
-# (being built in its own branch). Its runner writes the aws provider's config (moto endpoint, the sshd
-# mapping) instead of hosts.yaml and returns the same (wall, phase_times); the scenarios and the report
-# below stay as they are, and `provision` then measures the EC2 calls. Until then only "ssh" exists.
+# TODO(aws): `--provider aws` is not implemented. The AWS provider (providers/aws) is a VMProvider, so its
+# sync, environment and wheel cache are the code measured here; what it adds is `provision` (EC2 calls).
+# A runner for it would start moto (EC2 + S3) and one loopback sshd that plays every instance, reached
+# through an ssh config `Host *` -> 127.0.0.1:<port> with moto's endpoint passed by `SetEnv`, as
+# tests/providers/aws/conftest.py does; write the aws provider's settings instead of hosts.yaml; use an
+# s3:// checkpoint store in moto (so the wheel cache goes through presigned URLs); and return the same
+# (wall, phase_times). The scenarios and the report below stay as they are.
 RUNNERS = {"ssh": run_up_over_ssh}
 
 
