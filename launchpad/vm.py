@@ -51,6 +51,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Runs the launchpad helper with the venv's python, or exits 99 when that venv does not exist (yet).
 _GUARD = 'test -x "$1" || exit 99; exec "$@"'
 _HELPER_MISSING = 99
+_NEED_CACHE = 10  # venv_setup: "a full install is due; give me the wheel cache" (launchpad.wheelcache)
 # The job's own directories: private, whatever the login shell's umask.
 _MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute paths: no option clash
 
@@ -266,15 +267,21 @@ class VMProvider(Provider):
         host = json.loads(res.stdout.strip().splitlines()[-1])
         extras = self.python_extras(instance, spec)
         key = cache_key(host, requirement_lines(wheel, extras))
-        cache = source_for(spec.checkpoint_uri, key) if self.config.get("wheel_cache", True) else {"key": key}
+        use_cache = self.config.get("wheel_cache", True)
+        cache = source_for(spec.checkpoint_uri, key, look=False) if use_cache else {"key": key}
         config = {"venv": self.venv_dir(instance), "wheel": remote_wheel, "extras": extras, "root": self.root(instance),
                   "installer": self.config.get("installer", "auto"), "index": self.python_index(instance),
                   "cache": cache, "check": {"out": f"{workdir}/env.json", "spec": f"{workdir}/job.json"}
                   if self.config.get("env_check", True) else None}
         config_path = f"{workdir}/venv-setup.json"  # 0600: presigned URLs are short-lived credentials
-        conn.put_bytes(json.dumps(config).encode(), config_path)
         source = resources.files("launchpad.ssh").joinpath("venv_setup.py").read_text(encoding="utf-8")
-        res = conn.run([python, "-", config_path], stdin=source, timeout=3600, check=False)
+        for _ in range(2):
+            conn.put_bytes(json.dumps(config).encode(), config_path)
+            res = conn.run([python, "-", config_path], stdin=source, timeout=3600, check=False)
+            if res.rc != _NEED_CACHE:
+                break
+            # a full install is due: only now read the store's cache (index, presigned URLs) and run again
+            cache = config["cache"] = source_for(spec.checkpoint_uri, key)
         if res.rc != 0:
             lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
             if res.rc == 3:  # the environment check: this stack cannot run the recipe

@@ -82,11 +82,13 @@ def read_index(store, key: str) -> dict[str, Any] | None:
     return index if isinstance(index, dict) and index.get("complete") and index.get("files") else None
 
 
-def source_for(checkpoint_uri: str | None, key: str) -> dict[str, Any]:
+def source_for(checkpoint_uri: str | None, key: str, *, look: bool = True) -> dict[str, Any]:
     """What `venv_setup` gets as its "cache": where the host reads the cache for `key` from.
 
     - file:// (a path on the host): the folder; the host reads INDEX.json itself;
     - a store that presigns (S3): the index read here and a presigned URL per file, when complete;
+      without `look`, only ``"ask": True`` (venv_setup asks back when it needs a full install, so a host
+      that has its stack costs no store round trip and no SDK import here);
     - else (or when this client cannot open the store): only the key (nothing to read).
     "readable": whether a cache written there could be read back this way (else none is written)."""
     out: dict[str, Any] = {"key": key, "readable": False}
@@ -97,6 +99,8 @@ def source_for(checkpoint_uri: str | None, key: str) -> dict[str, Any]:
 
         out.update(dir=str(path_of_file_uri(checkpoint_uri) / key_prefix(key)), readable=True)
         return out
+    if not look:
+        return {**out, "ask": True}
     from .errors import LaunchpadError
     from .storage import open_store
 

@@ -6,11 +6,14 @@ sends over the SSH channel. CONFIG.json (written by `VMProvider._sync`, 0600 in 
     {"venv": ..., "wheel": <launchpad wheel on the host>, "extras": ["train", ...], "root": <launchpad root>,
      "installer": "auto"|"uv"|"pip", "index": {"index_url", "extra_index_urls", "find_links"} (optional),
      "cache": {"key": ..., "dir": <a file:// store's folder of this key> | null,
-               "urls": {file name: presigned URL} | null, "index": <its INDEX.json> | null},
+               "urls": {file name: presigned URL} | null, "index": <its INDEX.json> | null,
+               "readable": bool, "ask": true when the client has not looked in the store yet},
      "check": {"out": <env.json>, "spec": <job.json>} | null}
 
 It prints one JSON line: {"python", "action": "reused"|"installed", "deps", "installer", "source",
-"seconds": {...}, "wheelhouse": {...} | absent}.
+"seconds": {...}, "wheelhouse": {...} | absent}; or exits 10 ({"need": "cache"}) when a full install is
+needed and the cache says "ask": the client then reads the store (a round trip only bare hosts pay) and
+runs it again with the index and presigned URLs.
 
 - reuse: VENV/bin/python runs and VENV/.launchpad-wheel names this very wheel and extras -> nothing to do;
 - create: ``PYTHON -m venv --system-site-packages`` and a ``.pth`` that also links PYTHON's own
@@ -54,6 +57,7 @@ import zipfile
 UV_MIN = (0, 8)  # `uv pip compile --format pylock.toml`
 UV_REQUIREMENT = "uv>=0.8"
 CACHE_INDEX = "INDEX.json"
+NEED_CACHE = 10  # exit code: "a full install is needed: give me the wheel cache's index and URLs"
 FETCH_WORKERS = 8
 
 PROBE = r"""
@@ -471,6 +475,9 @@ def install(cfg, python, wheel, missing, present, timer, result):
         if proc.returncode != 0:
             fail(f"pip install failed (missing before: {missing})", proc)
         return
+    if cache.get("ask"):  # only now is the store's cache needed: the client reads it and runs us again
+        print(json.dumps({"need": "cache"}))
+        sys.exit(NEED_CACHE)
     key = cache.get("key") or "nokey"
     wheelhouse = os.path.join(root, "wheelhouse", key)
     os.makedirs(wheelhouse, exist_ok=True)

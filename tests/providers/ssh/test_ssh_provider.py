@@ -82,6 +82,7 @@ def test_two_jobs_never_claim_the_same_host(ssh_provider):
     assert ssh_provider.instances() == []
 
 
+@pytest.mark.slow  # two syncs, each with the environment check (imports torch)
 def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provider, sshd_pair, tmp_path):
     odd = tmp_path / "data dir $(x) 'q'"
     odd.mkdir()
@@ -119,6 +120,7 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
     assert not workdir.exists() and not (sshd_pair[0].root / "claim").exists()
 
 
+@pytest.mark.slow
 def test_env_values_reach_the_agent_as_data_and_never_touch_disk(ssh_provider, tmp_path):
     marker = tmp_path / "pwned"
     secret = f"s3cr3t-{uuid.uuid4().hex}"
