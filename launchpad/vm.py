@@ -291,8 +291,8 @@ class VMProvider(Provider):
                                 hint=hint if " -m venv " in tail or "Python >=" in tail else
                                 "check the host's package index settings (pip.conf, PIP_INDEX_URL) or set `index_url`")
         out = json.loads(res.stdout.strip().splitlines()[-1])
-        stats: dict[str, Any] = {"venv": out["action"], "installer": out.get("installer"), "source": out.get("source"),
-                                 "env_seconds": out.get("seconds", {}), "cache_key": key}
+        stats: dict[str, Any] = {"venv": out["action"], "env_seconds": out.get("seconds", {}), "cache_key": key}
+        stats.update({k: out[k] for k in ("installer", "source") if out.get(k)})  # absent when the venv was reused
         house = out.get("wheelhouse")
         if house and cache.get("readable"):  # the agent uploads it while the job runs
             pending = {**house, "fields": host, "installer": out.get("installer")}
