@@ -32,6 +32,7 @@ from .failover import blocker, duration, plan_json, top_reasons
 from .joblock import JobLocks
 from .jobspec import JobSpec
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
+from .phases import phase_times, record_agent_phases, sync_facts
 from .plugins import emit_job_event
 from .preflight import preflight_step, status_fields
 from .provider import Provider
@@ -90,6 +91,7 @@ class Lifecycle(TeardownSteps):
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
         self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process
+        self._phases_seen: dict[str, dict[str, float]] = {}  # job -> agent phase times recorded (launchpad.phases)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _event(self, job_id: str, kind: str, **data: Any) -> None:
@@ -181,7 +183,7 @@ class Lifecycle(TeardownSteps):
             self.reporter.info(f"syncing the job to {instance.id}")
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
-            self._event(job_id, "synced", instance=instance.id)
+            self._event(job_id, "synced", instance=instance.id, **sync_facts(provider))
             if hasattr(provider, "preflight"):  # multi-node: clock skew + all-reduce probe (launchpad.preflight)
                 preflight_step(provider, instance, bundle, strict=self.strict, reporter=self.reporter,
                                event=lambda **data: self._event(job_id, "preflight", **data))
@@ -391,6 +393,7 @@ class Lifecycle(TeardownSteps):
         if p.last_checkpoint:
             fields["last_checkpoint"] = p.last_checkpoint
         self.db.update_job(job_id, **fields)
+        record_agent_phases(self.db, job_id, p.phase_times, self._phases_seen)
 
     def _finish(self, job_id: str, instance: Instance, p: JobProgress) -> JobRecord:
         with self.locks.step(job_id):
@@ -490,7 +493,9 @@ class Lifecycle(TeardownSteps):
                 job = self.db.job(job_id)
             row = job.to_json()
             row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
-            row.update(status_fields(self.db.events(job_id)))  # the preflight's figures and warnings
+            events = list(self.db.events(job_id))
+            row.update(status_fields(events))  # the preflight's figures and warnings
+            row["phase_times"] = phase_times(events)
             inst = self._live_instance(job_id)
             if inst is not None:
                 try:

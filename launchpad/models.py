@@ -188,6 +188,10 @@ class JobProgress:
     prewarm_done_bytes: int = 0
     prewarm_total_bytes: int = 0
     warning: str | None = None  # e.g. "no local NVMe: pre-warming to the largest local disk"
+    #: when each phase began on the instance (unix time, the instance's clock): the agent's (starting,
+    #: prewarm, prewarm_done, trainer_start, uploading, done ...) and the trainer's (loading, training,
+    #: first_step = the first optimizer step completed); see launchpad.phases
+    phase_times: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], *, running: bool, exit_code: int | None) -> JobProgress:
@@ -211,4 +215,6 @@ class JobProgress:
             prewarm_done_bytes=int(prewarm.get("done_bytes") or 0),
             prewarm_total_bytes=int(prewarm.get("total_bytes") or 0),
             warning=prewarm.get("warning"),
+            phase_times={str(k): float(v) for k, v in (status.get("phase_times") or {}).items()
+                         if isinstance(v, (int, float))},
         )

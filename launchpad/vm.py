@@ -51,6 +51,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Runs the launchpad helper with the venv's python, or exits 99 when that venv does not exist (yet).
 _GUARD = 'test -x "$1" || exit 99; exec "$@"'
 _HELPER_MISSING = 99
+_NEED_CACHE = 10  # venv_setup: "a full install is due; give me the wheel cache" (launchpad.wheelcache)
 # The job's own directories: private, whatever the login shell's umask.
 _MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute paths: no option clash
 
@@ -169,8 +170,25 @@ class VMProvider(Provider):
         lines = res.stdout.strip().splitlines()
         return json.loads(lines[-1]) if lines else None
 
-    # -- sync --------------------------------------------------------------------------------------------
+    # -- sync ----------------------------------------------------------------------------------------------
+    def python_extras(self, instance: Instance, spec: JobSpec) -> list[str]:
+        """The extras of launchpad installed on the host: ``train`` and the SDK of the job's store
+        (the agent uploads checkpoints with it). Config ``extras: [...]`` replaces the list."""
+        if isinstance(self.config.get("extras"), list):
+            return [str(e) for e in self.config["extras"]]
+        extras = ["train"]
+        scheme = (spec.checkpoint_uri or "").split("://", 1)[0] if "://" in (spec.checkpoint_uri or "") else "file"
+        store_extra = {"s3": "s3", "gs": "gcs", "az": "azure"}.get(scheme)
+        return extras + ([store_extra] if store_extra else [])
+
+    def python_index(self, instance: Instance) -> dict[str, Any] | None:
+        """Where a bare host installs from, when not from its own pip configuration: config keys
+        ``index_url``, ``extra_index_urls``, ``find_links`` (given to uv and pip alike)."""
+        index = {k: self.config.get(k) for k in ("index_url", "extra_index_urls", "find_links") if self.config.get(k)}
+        return index or None
+
     def sync(self, instance: Instance, bundle: Bundle) -> None:
+        synced: list[dict[str, Any]] = []
         for node in self.nodes(instance):
             try:
                 self._sync(node, bundle)
@@ -178,14 +196,27 @@ class VMProvider(Provider):
                 log.info("%s; reconnecting to finish the sync", e)
                 self.drop_connection(node)
                 self._sync(node, bundle)
+            synced.append(self.last_sync)
+        if len(synced) > 1:  # the job's phases span every node; the other figures are rank 0's
+            phases: dict[str, list[float]] = {}
+            for stats in synced:
+                for name, (start, end) in stats.get("phases", {}).items():
+                    span = phases.setdefault(name, [start, end])
+                    span[0], span[1] = min(span[0], start), max(span[1], end)
+            self.last_sync = {**synced[0], "phases": phases}
 
     def _sync(self, instance: Instance, bundle: Bundle) -> None:
+        """Send the code and the job's files, then prepare the Python environment. `last_sync` gets what
+        was done and when (wall-clock spans: reachable = until the first command on the instance
+        returned, sync = the code and files, environment = the venv set-up and the environment check)."""
         from .wheel import build_wheel
 
+        t_start = time.time()
         conn = self.connection(instance)
         root, workdir = self.root(instance), self.workdir(instance)
         stats: dict[str, Any] = {"files": 0, "bytes": 0}
         conn.run(["sh", "-c", _MKDIR_PRIVATE, "sh", f"{root}/jobs", workdir, f"{workdir}/inputs"])
+        t_reachable = time.time()
         conn.run(["mkdir", "-p", "--", f"{root}/wheels", f"{root}/venvs"])
 
         wheel = build_wheel()
@@ -196,15 +227,6 @@ class VMProvider(Provider):
         else:
             stats["bytes"] += conn.put_file(wheel, remote_wheel, progress=self._progress(wheel.name), mode=0o644)
             stats["wheel"] = "sent"
-
-        source = resources.files("launchpad.ssh").joinpath("venv_setup.py").read_text(encoding="utf-8")
-        res = conn.run([self.remote_python(instance), "-", self.venv_dir(instance), remote_wheel],
-                       stdin=source, timeout=3600, check=False)
-        if res.rc != 0:
-            tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
-            raise ProviderError(f"{instance.id}: preparing the Python environment failed: {tail}", provider=self.name,
-                                hint="set `python:` to an interpreter with venv support (Python >= 3.10)")
-        stats["venv"] = json.loads(res.stdout.strip().splitlines()[-1])["action"]
 
         recipe = json.loads(json.dumps(dict(bundle.job_spec.recipe)))  # a deep copy
         inputs = f"{workdir}/inputs"
@@ -221,9 +243,64 @@ class VMProvider(Provider):
         # never the resolved env: secrets stay in memory and travel over stdin at `train`
         conn.put_bytes(spec.dumps().encode(), f"{workdir}/job.json")
         conn.put_bytes(bundle.recipe_text.encode(), f"{workdir}/recipe.yaml")
+        t_files = time.time()
+        stats.update(self._prepare_python(conn, instance, spec, wheel, remote_wheel))
+        stats["phases"] = {"reachable": [t_start, t_reachable], "sync": [t_reachable, t_files],
+                           "environment": [t_files, time.time()]}
         self.last_sync = stats
-        log.info("synced %s: wheel %s, venv %s, %d files (%d bytes) sent",
-                 instance.id, stats["wheel"], stats["venv"], stats["files"], stats["bytes"])
+        log.info("synced %s: wheel %s, venv %s (%s), %d files (%d bytes) sent",
+                 instance.id, stats["wheel"], stats["venv"], stats.get("installer"), stats["files"], stats["bytes"])
+
+    def _prepare_python(self, conn: CommandRunner, instance: Instance, spec: JobSpec, wheel: Path,
+                        remote_wheel: str) -> dict[str, Any]:
+        """The venv on the host (launchpad.ssh.venv_setup: reuse the host's stack, else install it with uv,
+        from the job store's wheel cache when it has this key) and the environment check in it."""
+        from .train.envcheck import EnvironmentMismatch
+        from .wheelcache import HOST_PROBE, PENDING_FILE, cache_key, requirement_lines, source_for
+
+        python, workdir = self.remote_python(instance), self.workdir(instance)
+        hint = "set `python:` to an interpreter with venv support (Python >= 3.10)"
+        res = conn.run([python, "-c", HOST_PROBE], check=False, timeout=120)
+        if res.rc != 0 or not res.stdout.strip():
+            tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
+            raise ProviderError(f"{instance.id}: `{python}` does not run on the host: {tail}", provider=self.name, hint=hint)
+        host = json.loads(res.stdout.strip().splitlines()[-1])
+        extras = self.python_extras(instance, spec)
+        key = cache_key(host, requirement_lines(wheel, extras))
+        use_cache = self.config.get("wheel_cache", True)
+        cache = source_for(spec.checkpoint_uri, key, look=False) if use_cache else {"key": key}
+        config = {"venv": self.venv_dir(instance), "wheel": remote_wheel, "extras": extras, "root": self.root(instance),
+                  "installer": self.config.get("installer", "auto"), "index": self.python_index(instance),
+                  "cache": cache, "check": {"out": f"{workdir}/env.json", "spec": f"{workdir}/job.json"}
+                  if self.config.get("env_check", True) else None}
+        config_path = f"{workdir}/venv-setup.json"  # 0600: presigned URLs are short-lived credentials
+        source = resources.files("launchpad.ssh").joinpath("venv_setup.py").read_text(encoding="utf-8")
+        for _ in range(2):
+            conn.put_bytes(json.dumps(config).encode(), config_path)
+            res = conn.run([python, "-", config_path], stdin=source, timeout=3600, check=False)
+            if res.rc != _NEED_CACHE:
+                break
+            # a full install is due: only now read the store's cache (index, presigned URLs) and run again
+            cache = config["cache"] = source_for(spec.checkpoint_uri, key)
+        if res.rc != 0:
+            lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
+            if res.rc == 3:  # the environment check: this stack cannot run the recipe
+                raise EnvironmentMismatch(f"{instance.id}: {lines[-1].removeprefix('venv setup: ') if lines else 'failed'}")
+            tail = " | ".join(lines[-3:])
+            raise ProviderError(f"{instance.id}: preparing the Python environment failed: {tail}", provider=self.name,
+                                hint=hint if " -m venv " in tail or "Python >=" in tail else
+                                "check the host's package index settings (pip.conf, PIP_INDEX_URL) or set `index_url`")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        stats: dict[str, Any] = {"venv": out["action"], "env_seconds": out.get("seconds", {}), "cache_key": key}
+        stats.update({k: out[k] for k in ("installer", "source") if out.get(k)})  # absent when the venv was reused
+        house = out.get("wheelhouse")
+        if house and cache.get("readable"):  # the agent uploads it while the job runs
+            pending = {**house, "fields": host, "installer": out.get("installer")}
+            conn.put_bytes(json.dumps(pending).encode(), f"{workdir}/{PENDING_FILE}")
+            stats["wheel_cache"] = "to upload" if house.get("complete") else "incomplete"
+        elif house:
+            stats["wheel_cache"] = "not readable from this store"
+        return stats
 
     def _progress(self, what: str):
         cb = self.transfer_progress

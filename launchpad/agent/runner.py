@@ -55,6 +55,8 @@ TRAINER_OUTPUT = "output"
 #: itself before it is stopped; then how long it gets to unwind before it is killed.
 DISK_FULL_TRAINER_GRACE = 5.0
 DISK_FULL_STOP_GRACE = 30.0
+#: How long the end of a job waits for the wheel cache's upload (launchpad.wheelcache) to finish.
+WHEEL_CACHE_WAIT = 900.0
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -221,7 +223,9 @@ class Agent:
                                  "done_bytes": sum(p["done_bytes"] for p in result.parts.values()),
                                  "total_bytes": sum(p["total_bytes"] for p in result.parts.values())})
         self._record_env()
+        self.status.mark("prewarm_done")
         self.log(f"pre-warm done in {result.seconds:.1f}s ({', '.join(result.parts) or 'nothing to fetch'})")
+        wheel_cache = self._start_wheel_cache(store)  # off the critical path: after pre-warm, at nice 10
         if self._stopping.is_set():
             return self._finish(143, "stopped during pre-warm")
 
@@ -248,6 +252,8 @@ class Agent:
         # 3. the trainer is done: finish the uploads before saying anything is complete
         self.status.set(phase="uploading")
         drained = uploader.drain()
+        if wheel_cache is not None:  # a teardown right after "done" must not cut the cache short
+            wheel_cache.join(WHEEL_CACHE_WAIT)
         full = self._disk_full_cause(code)
         if full is not None:  # (the uploader's own error, if any, is the store's: see _end_disk_full)
             return self._end_disk_full(code or 1, full, uploader.error)
@@ -275,6 +281,7 @@ class Agent:
                                             env=env, cwd=self.workdir)
         pid_path = self.workdir / FILES["trainer_pid"]
         self._write(pid_path, lambda: write_pidfile(pid_path, self.trainer.pid))
+        self.status.mark("trainer_start")
         self.status.release_phase()
         self.log(f"trainer started (pid {self.trainer.pid})")
         stopped_for_store = False
@@ -301,6 +308,36 @@ class Agent:
         self.log(f"trainer exited with {code}")
         self._write_exit(code)
         return code
+
+    def _start_wheel_cache(self, store) -> threading.Thread | None:
+        """Upload the wheelhouse sync installed from (launchpad.wheelcache) to the job's store, in the
+        background, so the job's next instance installs from there. Never fails the job."""
+        from ..wheelcache import PENDING_FILE, upload
+
+        try:
+            pending = json.loads((self.workdir / PENDING_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+        def work() -> None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            except (AttributeError, OSError):
+                pass
+            self.status.set(wheel_cache={"state": "uploading", "key": pending.get("key")})
+            try:
+                summary = upload(store, pending, log=self.log, stop=self._stopping.is_set)
+                if summary["state"] in ("done", "present") and Path(pending["dir"]).parent.name == "wheelhouse":
+                    # the store has it: free the host's disk
+                    shutil.rmtree(pending["dir"], ignore_errors=True)
+            except Exception as e:  # a cache is an optimisation: the job goes on without it
+                summary = {"state": "failed", "key": pending.get("key"), "error": f"{type(e).__name__}: {e}"}
+                self.log(f"wheel cache: upload failed: {summary['error']}")
+            self.status.set(wheel_cache=summary)
+
+        thread = threading.Thread(target=work, name="wheel-cache", daemon=True)
+        thread.start()
+        return thread
 
     def _on_notice(self, reason: str) -> None:
         """Preemption: save now, wait for that checkpoint to be complete in the store, stop training."""

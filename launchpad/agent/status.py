@@ -40,12 +40,22 @@ class AgentStatus:
         self._agent: dict[str, Any] = {"job_id": job_id, "agent_pid": os.getpid(), "phase": "starting",
                                        "agent_started_at": time.time(), "last_checkpoint": None}
         self._phase_is_agents = True
+        self._marks: dict[str, float] = {"starting": self._agent["agent_started_at"]}
 
     def set(self, **fields: Any) -> None:
         with self._lock:
             self._agent.update(fields)
             if "phase" in fields:
                 self._phase_is_agents = fields["phase"] in AGENT_PHASES
+                self._marks.setdefault(fields["phase"], time.time())
+        self.write()
+
+    def mark(self, name: str) -> None:
+        """Record when `name` first happened (prewarm_done, trainer_start ...) in phase_times, and write."""
+        with self._lock:
+            if name in self._marks:
+                return
+            self._marks[name] = time.time()
         self.write()
 
     def release_phase(self) -> None:
@@ -69,7 +79,10 @@ class AgentStatus:
         with self._lock:
             agent = dict(self._agent)
             agent_phase = self._phase_is_agents
+            marks = dict(self._marks)
         trainer_phase = doc.get("phase")
+        # when each phase began: the trainer's (loading, training, first_step) and the agent's own
+        doc["phase_times"] = {**(doc.get("phase_times") or {}), **marks}
         # The agent's last_checkpoint (complete in the store) wins once it has one; before that, the
         # trainer's (the checkpoint it resumed from) is the newest complete one.
         doc.update({k: v for k, v in agent.items() if k != "phase" and not (k == "last_checkpoint" and v is None)})

@@ -7,6 +7,8 @@ from typing import Any
 
 from ._common import console, esc
 
+#: event data the start-up phases table shows (launchpad.phases): not repeated in the events table
+_IN_PHASES_TABLE = ("phases", "env_seconds", "times")
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
 
@@ -66,13 +68,37 @@ def render_job(row: dict[str, Any], events: list[dict[str, Any]]) -> None:
     for warning in row.get("warnings") or []:
         table.add_row("[yellow]warning[/]", esc(warning))
     console().print(table)
+    render_phases(row.get("phase_times") or {})
     ev = Table(title="events", title_justify="left")
     for col in ("when", "event", "details"):
         ev.add_column(col)
     for e in events[-15:]:
-        details = ", ".join(f"{k}={v}" for k, v in e["data"].items() if v is not None)
+        details = ", ".join(f"{k}={v}" for k, v in e["data"].items()
+                            if v is not None and k not in _IN_PHASES_TABLE)
         ev.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["kind"], details)
     console().print(ev)
+
+
+def render_phases(phases: dict[str, Any]) -> None:
+    """Where the time until the first training step went (launchpad.phases), one row per phase."""
+    from rich.table import Table
+
+    from ..phases import PHASES
+
+    rows = [(name, phases[name]) for name in (*PHASES, "total") if isinstance(phases.get(name), dict)]
+    if not rows:
+        return
+    table = Table(title="start-up phases", title_justify="left")
+    for col, justify in (("phase", "left"), ("began", "left"), ("seconds", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for name, span in rows:
+        label = "time to first step" if name == "total" else name
+        table.add_row(label, time.strftime("%H:%M:%S", time.localtime(span["start"])), f"{span['seconds']:.1f}")
+    console().print(table)
+    detail = phases.get("environment_detail") or {}
+    how = ", ".join(f"{k} {v}" for k, v in detail.items() if k in ("venv", "installer", "source", "wheel_cache") and v)
+    if how:
+        console().print(f"environment: {esc(how)}")
 
 
 def _preflight_text(p: dict[str, Any]) -> str:

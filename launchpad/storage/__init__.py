@@ -75,6 +75,12 @@ class Store(ABC):
                 return obj.size
         raise StorageError(f"no such object: {self.uri(key)}")
 
+    def presigned_get(self, key: str, expires: int = 3600) -> str | None:
+        """A URL that any HTTP client can GET `key` from for `expires` seconds without credentials, or
+        None where this store cannot make one (then readers need the store's own SDK). Used to hand a
+        host that has no SDK yet (a bare Python, before the install) the objects of the wheel cache."""
+        return None
+
     # -- optional: ranged reads, used by launchpad.storage.transfer for parallel resumable downloads --
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of one object (end exclusive, like a slice; 0 <= start < end <= size).

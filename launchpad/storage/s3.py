@@ -210,6 +210,10 @@ class S3Store(ObjectStore):
                     )
         return self._pool
 
+    def presigned_get(self, key: str, expires: int = 3600) -> str | None:
+        return self._call("read", key, self.client.generate_presigned_url, ClientMethod="get_object",
+                          Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=expires)
+
     def _presigned_range_to(self, key: str, start: int, end: int, out) -> None:
         import urllib3
         from botocore.exceptions import ClientError

@@ -32,6 +32,9 @@ def make_callbacks(
             self._last = (time.monotonic(), state.num_input_tokens_seen)
             status.update(phase="training", step=state.global_step, total_steps=state.max_steps, epoch=state.epoch)
 
+        def on_step_end(self, args, state, control, **kwargs):
+            status.mark("first_step")  # once: the end of the first optimizer step (time to first step)
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = logs or {}
             if "loss" not in logs:

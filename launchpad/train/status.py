@@ -4,7 +4,8 @@ Keys (read by `launchpad.models.JobProgress.from_status`):
     job_id, pid, phase (loading|training|saving|done|failed), step, total_steps, epoch, loss,
     losses [[step, loss], ...] (the newest MAX_LOSSES), tokens_per_s,
     last_checkpoint {"step", "uri"} | null, resumed_from {"step", "uri"} | null,
-    heartbeat (unix time of the last write), started_at, finished (bool), error (one line | null)
+    heartbeat (unix time of the last write), started_at, finished (bool), error (one line | null),
+    phase_times {phase: unix time it first began, "first_step": the first optimizer step's end}
 
 Every write replaces the file atomically (temp file + os.replace), so a reader never sees half a
 document. A heartbeat thread rewrites it every `interval` seconds so a reader can tell a live trainer
@@ -64,6 +65,7 @@ class StatusWriter:
             "started_at": now,
             "finished": False,
             "error": None,
+            "phase_times": {"loading": now},  # when each phase first began, and "first_step"
         }
 
     @property
@@ -77,7 +79,16 @@ class StatusWriter:
             raise ValueError(f"unknown phase {fields['phase']!r}")
         with self._lock:
             self._doc.update(fields)
+            if "phase" in fields:
+                self._doc["phase_times"].setdefault(fields["phase"], time.time())
             self._write_locked()
+
+    def mark(self, name: str) -> None:
+        """Record when `name` first happened (e.g. "first_step") in phase_times, and write."""
+        with self._lock:
+            if name not in self._doc["phase_times"]:
+                self._doc["phase_times"][name] = time.time()
+                self._write_locked()
 
     def add_loss(self, step: int, loss: float, **fields: Any) -> None:
         """Record one logged loss (kept to the newest MAX_LOSSES) and write."""

@@ -25,10 +25,17 @@ def test_document_has_every_key_jobprogress_reads(tmp_path):
     doc = read(path)
     assert set(doc) == {
         "job_id", "pid", "phase", "step", "total_steps", "epoch", "loss", "losses", "tokens_per_s",
-        "last_checkpoint", "resumed_from", "heartbeat", "started_at", "finished", "error",
+        "last_checkpoint", "resumed_from", "heartbeat", "started_at", "finished", "error", "phase_times",
     }
+    s.mark("first_step")
+    s.update(phase="saving")
+    s.update(phase="training")  # phase_times keeps when each phase FIRST began
+    doc = read(path)
     p = JobProgress.from_status(doc, running=True, exit_code=None)
     assert (p.phase, p.step, p.total_steps, p.loss, p.tokens_per_s) == ("training", 1, 10, 6.9, 100.0)
+    times = p.phase_times
+    assert set(times) == {"loading", "training", "first_step", "saving"}
+    assert times["loading"] == doc["started_at"] <= times["training"] <= times["first_step"] <= times["saving"]
     assert p.last_checkpoint_step == 1 and p.last_checkpoint.endswith("checkpoint-1") and p.resumed_from_step == 0
     assert p.losses == ((1, 6.9),)
     assert [f.name for f in path.parent.iterdir()] == ["status.json"]  # no temp files left

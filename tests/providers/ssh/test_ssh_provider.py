@@ -82,6 +82,7 @@ def test_two_jobs_never_claim_the_same_host(ssh_provider):
     assert ssh_provider.instances() == []
 
 
+@pytest.mark.slow  # two syncs, each with the environment check (imports torch)
 def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provider, sshd_pair, tmp_path):
     odd = tmp_path / "data dir $(x) 'q'"
     odd.mkdir()
@@ -95,7 +96,10 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
         first = dict(ssh_provider.last_sync)
         assert first["files"] == 1 and first["venv"] in ("installed", "reused")
         ssh_provider.sync(inst, bundle)  # again: nothing is sent, nothing installed
-        assert ssh_provider.last_sync == {"files": 0, "bytes": 0, "wheel": "cached", "venv": "reused"}
+        again = ssh_provider.last_sync
+        assert {k: again[k] for k in ("files", "bytes", "wheel", "venv")} == {"files": 0, "bytes": 0, "wheel": "cached",
+                                                                              "venv": "reused"}
+        assert set(again["phases"]) == {"reachable", "sync", "environment"}
 
         workdir = Path(ssh_provider.workdir(inst))
         assert workdir == sshd_pair[0].root / "jobs" / inst.id
@@ -116,6 +120,7 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
     assert not workdir.exists() and not (sshd_pair[0].root / "claim").exists()
 
 
+@pytest.mark.slow
 def test_env_values_reach_the_agent_as_data_and_never_touch_disk(ssh_provider, tmp_path):
     marker = tmp_path / "pwned"
     secret = f"s3cr3t-{uuid.uuid4().hex}"
