@@ -3,6 +3,7 @@
     python benchmarks/cold_start.py                        # every scenario: ~5 min and ~25 GB of /tmp on 2 cores
     python benchmarks/cold_start.py --scenarios stack-fresh,stack-warm     # a host with PyTorch only: ~1 min
     python benchmarks/cold_start.py --steps 100            # the recipe's own length instead of --smoke's 10 steps
+    python benchmarks/cold_start.py --provider aws --scenarios stack-fresh,stack-warm   # on moto's EC2 + S3
 
 Runs the real CLI (`up recipes/smoke-lora.yaml --provider ssh --json`, the shipped recipe with its dataset
 path made absolute and a file:// checkpoint store) against a loopback sshd (launchpad.testing_ssh), then
@@ -108,14 +109,47 @@ def run_up_over_ssh(sshd: LoopbackSshd, host: Host, work: Path, steps: int | Non
     return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
 
 
-# TODO(aws): `--provider aws` is not implemented. The AWS provider (providers/aws) is a VMProvider, so its
-# sync, environment and wheel cache are the code measured here; what it adds is `provision` (EC2 calls).
-# A runner for it would start moto (EC2 + S3) and one loopback sshd that plays every instance, reached
-# through an ssh config `Host *` -> 127.0.0.1:<port> with moto's endpoint passed by `SetEnv`, as
-# tests/providers/aws/conftest.py does; write the aws provider's settings instead of hosts.yaml; use an
-# s3:// checkpoint store in moto (so the wheel cache goes through presigned URLs); and return the same
-# (wall, phase_times). The scenarios and the report below stay as they are.
-RUNNERS = {"ssh": run_up_over_ssh}
+def run_up_on_aws(sshd: LoopbackSshd, host: Host, work: Path, steps: int | None) -> tuple[float, dict[str, Any]]:
+    """`up` of the smoke recipe through the aws provider on moto's EC2 + S3 (started by main), every instance
+    reached at the loopback sshd through an ssh config ``Host *`` (moto's public addresses are never dialled);
+    the checkpoint store, and with it the wheel cache, is an s3:// bucket in moto. Provision = EC2 calls."""
+    import boto3
+    import yaml
+
+    home = work / "home"
+    home.mkdir(parents=True)
+    cfg = sshd.config()
+    ssh_config = work / "ssh_config"
+    ssh_config.write_text(f"Host *\n  HostName 127.0.0.1\n  Port {cfg['port']}\n  User {cfg['user']}\n")
+    bucket = f"lp-bench-{host.store.name}"
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    settings = {"regions": ["us-east-1"], "ssh_cidr": "127.0.0.1/32", "ami_name": "Deep Learning AMI Ubuntu Linux*",
+                "key": cfg["key"], "ssh_config": str(ssh_config), "python": host.python, "root": str(host.root),
+                "live_prices": False, "shutdown_command": ["true"], "checkpoint_uri": f"s3://{bucket}/ckpt",
+                **host.config}
+    (home / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": settings}}))
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    recipe["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
+    recipe["resources"] = {"regions": ["us-east-1"]}
+    if steps:
+        recipe["max_steps"] = steps
+    path = work / "smoke-lora.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "launchpad", "up", str(path), "--provider", "aws", "--json"]
+    t0 = time.monotonic()
+    up = subprocess.run(cmd + ([] if steps else ["--smoke"]), capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.monotonic() - t0
+    if up.returncode != 0:
+        raise SystemExit(f"up failed ({up.returncode}): {up.stderr.strip()[-2000:]}")
+    job_id = json.loads(up.stdout)["id"]
+    st = subprocess.run([sys.executable, "-m", "launchpad", "status", job_id, "--json"], capture_output=True, text=True,
+                        env=env, cwd=REPO, check=True)
+    row = json.loads(st.stdout)
+    return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
+
+
+RUNNERS = {"ssh": run_up_over_ssh, "aws": run_up_on_aws}
 
 
 def median_seconds(argv: list[str], repeat: int = 3, **kw) -> float:
@@ -203,7 +237,15 @@ def main() -> None:
     if unknown := set(wanted) - set(SCENARIOS):
         ap.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     base_dir = Path(tempfile.mkdtemp(prefix="lp-cold-start-"))
-    sshd = LoopbackSshd(base_dir / "sshd").start()
+    moto = None
+    sshd_env: dict[str, str] = {}
+    if args.provider == "aws":  # moto's EC2 + S3 in its own process; the sshd's sessions get its endpoint
+        from _moto import MotoServer
+
+        moto = MotoServer()
+        sshd_env = {k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                "AWS_DEFAULT_REGION")}
+    sshd = LoopbackSshd(base_dir / "sshd", env=sshd_env).start()
     run = RUNNERS[args.provider]
     try:
         base = floor(sshd, sys.executable)
@@ -225,6 +267,8 @@ def main() -> None:
         report(results, base)
     finally:
         sshd.stop()
+        if moto is not None:
+            moto.stop()
         if not args.keep:
             shutil.rmtree(base_dir, ignore_errors=True)
         else:
