@@ -76,6 +76,36 @@ class Result:
     phases: dict[str, Any]
 
 
+def up_smoke(home: Path, work: Path, provider: str, steps: int | None, *, checkpoint_uri: str | None = None,
+             resources: dict | None = None) -> tuple[float, dict[str, Any]]:
+    """`up` of the shipped smoke recipe (dataset path made absolute) in `home` on `provider`, then `status`:
+    (wall seconds of `up`, the job's phase_times)."""
+    import yaml
+
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    recipe["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
+    if checkpoint_uri:
+        recipe["checkpoint"] = {**recipe.get("checkpoint", {}), "uri": checkpoint_uri}
+    if resources:
+        recipe["resources"] = resources
+    if steps:
+        recipe["max_steps"] = steps
+    path = work / "smoke-lora.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "launchpad", "up", str(path), "--provider", provider, "--json"]
+    t0 = time.monotonic()
+    up = subprocess.run(cmd + ([] if steps else ["--smoke"]), capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.monotonic() - t0
+    if up.returncode != 0:
+        raise SystemExit(f"up failed ({up.returncode}): {up.stderr.strip()[-2000:]}")
+    job_id = json.loads(up.stdout)["id"]
+    st = subprocess.run([sys.executable, "-m", "launchpad", "status", job_id, "--json"], capture_output=True, text=True,
+                        env=env, cwd=REPO, check=True)
+    row = json.loads(st.stdout)
+    return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
+
+
 def run_up_over_ssh(sshd: LoopbackSshd, host: Host, work: Path, steps: int | None) -> tuple[float, dict[str, Any]]:
     """`up` of the smoke recipe on `host` through the ssh provider; (wall seconds, status's phase_times)."""
     home = work / "home"
@@ -88,25 +118,7 @@ def run_up_over_ssh(sshd: LoopbackSshd, host: Host, work: Path, steps: int | Non
     (home / "hosts.yaml").write_text(yaml.safe_dump({"hosts": [entry]}))
     if host.config:
         (home / "config.yaml").write_text(yaml.safe_dump({"providers": {"ssh": host.config}}))
-    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
-    recipe["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
-    recipe["checkpoint"] = {**recipe.get("checkpoint", {}), "uri": host.store.as_uri()}
-    if steps:
-        recipe["max_steps"] = steps
-    path = work / "smoke-lora.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "launchpad", "up", str(path), "--provider", "ssh", "--json"]
-    t0 = time.monotonic()
-    up = subprocess.run(cmd + ([] if steps else ["--smoke"]), capture_output=True, text=True, env=env, cwd=REPO)
-    wall = time.monotonic() - t0
-    if up.returncode != 0:
-        raise SystemExit(f"up failed ({up.returncode}): {up.stderr.strip()[-2000:]}")
-    job_id = json.loads(up.stdout)["id"]
-    st = subprocess.run([sys.executable, "-m", "launchpad", "status", job_id, "--json"], capture_output=True, text=True,
-                        env=env, cwd=REPO, check=True)
-    row = json.loads(st.stdout)
-    return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
+    return up_smoke(home, work, "ssh", steps, checkpoint_uri=host.store.as_uri())
 
 
 def run_up_on_aws(sshd: LoopbackSshd, host: Host, work: Path, steps: int | None) -> tuple[float, dict[str, Any]]:
@@ -128,25 +140,7 @@ def run_up_on_aws(sshd: LoopbackSshd, host: Host, work: Path, steps: int | None)
                 "live_prices": False, "shutdown_command": ["true"], "checkpoint_uri": f"s3://{bucket}/ckpt",
                 **host.config}
     (home / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": settings}}))
-    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
-    recipe["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
-    recipe["resources"] = {"regions": ["us-east-1"]}
-    if steps:
-        recipe["max_steps"] = steps
-    path = work / "smoke-lora.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "launchpad", "up", str(path), "--provider", "aws", "--json"]
-    t0 = time.monotonic()
-    up = subprocess.run(cmd + ([] if steps else ["--smoke"]), capture_output=True, text=True, env=env, cwd=REPO)
-    wall = time.monotonic() - t0
-    if up.returncode != 0:
-        raise SystemExit(f"up failed ({up.returncode}): {up.stderr.strip()[-2000:]}")
-    job_id = json.loads(up.stdout)["id"]
-    st = subprocess.run([sys.executable, "-m", "launchpad", "status", job_id, "--json"], capture_output=True, text=True,
-                        env=env, cwd=REPO, check=True)
-    row = json.loads(st.stdout)
-    return wall, (row[0] if isinstance(row, list) else row)["phase_times"]
+    return up_smoke(home, work, "aws", steps, resources={"regions": ["us-east-1"]})
 
 
 RUNNERS = {"ssh": run_up_over_ssh, "aws": run_up_on_aws}
