@@ -31,10 +31,11 @@ from .errors import (
 from .failover import blocker, duration, plan_json, top_reasons
 from .joblock import JobLocks
 from .jobspec import JobSpec
+from .jobstatus import StatusRows
 from .models import JOB_TAG, Bundle, Instance, InstanceSpec, InstanceState, JobProgress, JobState, Offer, TeardownMode
-from .phases import phase_times, record_agent_phases, sync_facts
+from .phases import record_agent_phases, sync_facts
 from .plugins import emit_job_event
-from .preflight import preflight_step, status_fields
+from .preflight import preflight_step
 from .provider import Provider
 from .state import JobOptions, JobRecord, StateDB
 from .teardown import TeardownSteps
@@ -75,7 +76,7 @@ def new_job_id(name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
 
 
-class Lifecycle(TeardownSteps):
+class Lifecycle(TeardownSteps, StatusRows):
     strict = False  # `up --strict` / `resume --strict`: a preflight warning fails the job before training
 
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
@@ -474,38 +475,6 @@ class Lifecycle(TeardownSteps):
         return self.run(job_id, detach=detach)
 
     # -- status ----------------------------------------------------------------------------------------
-    def status_rows(self, job_ref: str | None = None, *,
-                    on_error: Callable[[str, LaunchpadError], None] | None = None) -> list[dict[str, Any]]:
-        """What `launchpad status` shows: each job (or one), reconciled with its provider first, with
-        the live phase and speed when an instance runs. One unreachable provider never hides the other
-        jobs: its error goes to `on_error` and its job is shown as last recorded."""
-        from .errors import JobNotFound
-
-        rows = []
-        for job_id in [self.db.job(job_ref).id] if job_ref else [j.id for j in self.db.jobs()]:
-            try:
-                job = self.refresh(job_id)
-            except JobNotFound:
-                raise
-            except LaunchpadError as e:
-                if on_error:
-                    on_error(job_id, e)
-                job = self.db.job(job_id)
-            row = job.to_json()
-            row["cost_usd"] = round(self.db.cost_so_far(job_id), 4)
-            events = list(self.db.events(job_id))
-            row.update(status_fields(events))  # the preflight's figures and warnings
-            row["phase_times"] = phase_times(events)
-            inst = self._live_instance(job_id)
-            if inst is not None:
-                try:
-                    p = self.provider(inst.provider).progress(inst)
-                    row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat)
-                except Exception:  # status shows what it can even when a provider is unreachable
-                    row["phase"] = "unknown"
-            rows.append(row)
-        return rows
-
     def _live_instance(self, job_id: str) -> Instance | None:
         live = self.db.instances(job_id, live_only=True)
         return live[-1] if live else None
