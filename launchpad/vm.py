@@ -41,9 +41,10 @@ from .jobspec import JobSpec
 from .models import Bundle, CheckpointRef, Instance, JobProgress, TrainHandle
 from .provider import Provider
 from .transport import CommandRunner, ConnectionLost, RemoteCommandFailed
+from .vm_preflight import MultiNodePreflight
 
 if TYPE_CHECKING:
-    from .preflight import PreflightReport, Promise
+    pass
 
 log = logging.getLogger("launchpad.ssh")
 
@@ -56,7 +57,7 @@ _NEED_CACHE = 10  # venv_setup: "a full install is due; give me the wheel cache"
 _MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute paths: no option clash
 
 
-class VMProvider(Provider):
+class VMProvider(MultiNodePreflight, Provider):
     """Sync/train/progress/logs/checkpoint over a `CommandRunner`. Subclasses implement `ssh_target`
     (or `transport`) plus the lifecycle methods of `Provider` that create and destroy machines."""
 
@@ -444,47 +445,7 @@ class VMProvider(Provider):
         for node in reversed(self.nodes(instance)):
             self.stop_agent(node, grace)
 
-    # -- multi-node preflight (launchpad.preflight) ------------------------------------------------------
-    def preflight(self, instance: Instance, bundle: Bundle, *, strict: bool = False) -> PreflightReport | None:
-        """Before a multi-node job trains (after `sync`, before `train`): every node's clock against this
-        client's (a skew over 1 s raises PreflightFailed, naming the nodes and the fix), then a few-seconds
-        all-reduce across all nodes whose bus bandwidth is compared with `fabric_promise` (under 60 %: a
-        warning in the report; PreflightFailed with `strict`). None for a single-node job (nothing runs).
-        Leaves nothing running on the nodes, whatever the outcome."""
-        from .preflight import run_preflight
-
-        return run_preflight(self, instance, bundle, strict=strict)
-
-    def fabric_promise(self, instance: Instance) -> Promise | None:
-        """The inter-node bandwidth the instance's offer promises (Gb/s per node, with its source), or None
-        when unknown. Default: ``fabric_gbps`` in configs/providers.yaml for the offer's instance type."""
-        from .planner.catalog import facts_for
-        from .preflight import Promise
-
-        if instance.offer is None:
-            return None
-        facts = facts_for(self.name, instance.offer.instance_type)
-        if not facts.fabric_gbps:
-            return None
-        source = facts.source("fabric_gbps") or "no source given"
-        return Promise(float(facts.fabric_gbps), f"configs/providers.yaml, {self.name} "
-                                                 f"{instance.offer.instance_type}: {source}")
-
-    def remote_time(self, instance: Instance) -> float:
-        """The instance's clock (seconds since the epoch), read over the transport: GNU ``date +%s.%N``,
-        else (busybox prints no nanoseconds) the venv's python."""
-        def read(argv: list[str]) -> str:
-            return self._call(instance, lambda c: c.run(argv, timeout=30, check=False)).stdout.strip()
-
-        out = ""
-        for argv in (["date", "+%s.%N"], [self.venv_python(instance), "-c", "import time; print(repr(time.time()))"]):
-            out = read(argv)
-            try:
-                return float(out)
-            except ValueError:
-                continue
-        raise ProviderError(f"{instance.id}: cannot read its clock ({out[:80]!r})", provider=self.name)
-
+    # -- multi-node preflight: launchpad.vm_preflight (its other hooks) and launchpad.preflight --------
     def run_probe(self, instance: Instance, args: list[str], *, stdin: str, timeout: float):
         """``python -m launchpad.agent.probe ARGS`` in the instance's venv; its `Result` (exit 99: not synced)."""
         argv = ["sh", "-c", _GUARD, "sh", self.venv_python(instance), "-m", "launchpad.agent.probe", *args]

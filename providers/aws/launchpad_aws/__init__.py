@@ -184,7 +184,7 @@ class AWSProvider(VMProvider):
             "region": region, "zone": zone, "spot": spot, "token": spec.token,
             "nodes": [{"rank": r, "id": nodes[r]["InstanceId"], "private": nodes[r].get("PrivateIpAddress")}
                       for r in sorted(nodes)],
-            "efa": bool(spec.nodes > 1 and offer.interconnect and "efa" in offer.interconnect),
+            "efa": _efa(offer, spec),
             "shutdown": "terminate" if spot or spec.autostop_action is TeardownMode.TERMINATE else "stop",
             "tags": {JOB_TAG: spec.job_id, CLUSTER_TAG: spec.token, **spec.tags},
             "leaked": leaked,
@@ -199,7 +199,7 @@ class AWSProvider(VMProvider):
         image = acct.image(region)
         subnet = acct.subnet(region, offer.zone)
         group = acct.security_group(region)
-        efa = spec.nodes > 1 and bool(offer.interconnect and "efa" in offer.interconnect)
+        efa = _efa(offer, spec)
         nic: dict[str, Any] = {"DeviceIndex": 0, "Groups": [group], "DeleteOnTermination": True,
                                "AssociatePublicIpAddress": not self.config.get("use_private_ip")}
         if subnet:
@@ -471,6 +471,11 @@ def host_key_from_console(text: str) -> str | None:
         if len(parts) >= 2 and parts[1].startswith("AAAA"):
             keys.setdefault(parts[0], f"{parts[0]} {parts[1]}")
     return next((keys[t] for t in _KEY_PREFERENCE if t in keys), None)
+
+
+def _efa(offer: Offer, spec: InstanceSpec) -> bool:
+    """EFA interfaces: only for multi-node jobs on types whose interconnect has EFA."""
+    return spec.nodes > 1 and "efa" in (offer.interconnect or "")
 
 
 def _tag(inst: Mapping, key: str) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from launchpad.errors import ConfigError, NoCapacity, ProviderError
 
-from .api import NAME, call, error_code
+from .api import NAME, call
 
 log = logging.getLogger("launchpad.aws")
 
@@ -308,7 +308,3 @@ class Account:
             return INSTANCE_ROLE
 
         return self._memo(("profile",), make)
-
-
-def is_code(e: BaseException, code: str) -> bool:
-    return error_code(e) == code or code in str(e)
