@@ -1,5 +1,6 @@
-"""Fault injection for provider tests: `launchpad down` at a chosen lifecycle point, a full disk, a
-damaged state database. Real faults, caused for real (a real plugin, a real tmpfs, real bytes).
+"""Fault injection for provider tests: `launchpad down` at a chosen lifecycle point, SIGKILL at a chosen
+lifecycle point, a full disk, a damaged state database. Real faults, caused for real (a real plugin, a
+real signal, a real tmpfs, real bytes).
 
 The `down` hook is an ordinary launchpad plugin (installed as a distribution on PYTHONPATH) whose
 `launchpad_job_event` runs the real ``launchpad down JOB`` in a subprocess when the job reaches the
@@ -49,14 +50,62 @@ def launchpad_job_event(job, event):
 '''
 
 
+_KILL_HOOK = '''
+"""A launchpad plugin for tests: SIGKILL this launchpad process LAUNCHPAD_FAULT_KILL_DELAY seconds after
+its job reaches the event kind LAUNCHPAD_FAULT_KILL_AT (once). The moment is appended to
+LAUNCHPAD_FAULT_LOG (JSON lines) just before the signal."""
+import json, os, signal, threading, time
+
+from launchpad.plugins import hookimpl
+
+_armed = []
+
+
+@hookimpl
+def launchpad_job_event(job, event):
+    at = os.environ.get("LAUNCHPAD_FAULT_KILL_AT")
+    if not at or event.get("kind") != at or _armed:
+        return
+    _armed.append(job["id"])
+    delay = float(os.environ.get("LAUNCHPAD_FAULT_KILL_DELAY", "0"))
+
+    def kill():
+        time.sleep(delay)
+        with open(os.environ["LAUNCHPAD_FAULT_LOG"], "a") as f:
+            f.write(json.dumps({"at": at, "delay": delay, "job": job["id"], "ts": time.time(), "pid": os.getpid()}) + "\\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if delay <= 0:
+        kill()
+    threading.Thread(target=kill, daemon=True).start()
+'''
+
+
+def install_kill_hook(site: Path, at: str, delay: float, log: Path) -> dict[str, str]:
+    """Install the SIGKILL hook plugin under `site`; returns the environment that arms it: the launchpad
+    process that runs with it kills itself `delay` seconds after its job's event `at` (e.g.
+    ``provision:attempt``, ``state:SYNCING``, ``state:TRAINING``, ``teardown:start``)."""
+    _install_plugin(site, "launchpad_fault_kill", _KILL_HOOK)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "LAUNCHPAD_FAULT_KILL_AT": at, "LAUNCHPAD_FAULT_KILL_DELAY": f"{delay:.3f}",
+            "LAUNCHPAD_FAULT_LOG": str(log)}
+
+
+def _install_plugin(site: Path, module: str, source: str) -> None:
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    dist_name = module.replace("_", "-")
+    dist = site / f"{module}-0.0.1.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.0.1\n")
+    (dist / "entry_points.txt").write_text(f"[launchpad]\n{dist_name.removeprefix('launchpad-')} = {module}\n")
+
+
 def install_down_hook(site: Path, at: str, log: Path, *, wait: float = 5.0) -> dict[str, str]:
     """Install the `down` hook plugin under `site`; returns the environment that arms it at `at`."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "launchpad_fault_down.py").write_text(_HOOK)
-    dist = site / "launchpad_fault_down-0.0.1.dist-info"
-    dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: launchpad-fault-down\nVersion: 0.0.1\n")
-    (dist / "entry_points.txt").write_text("[launchpad]\nfault-down = launchpad_fault_down\n")
+    _install_plugin(site, "launchpad_fault_down", _HOOK)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "LAUNCHPAD_FAULT_DOWN_AT": at, "LAUNCHPAD_FAULT_LOG": str(log),
             "LAUNCHPAD_FAULT_WAIT": str(wait)}
