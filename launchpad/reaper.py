@@ -334,7 +334,11 @@ class Reaper:
             self._uris[key] = found
         return found
 
-    def _store_docs(self, uri: str, job_id: str) -> tuple[Any, Any, Any]:
+    def _store_docs(self, uri: str, job_id: str, known: bool) -> tuple[Any, Any, Any]:
+        """(heartbeat, state, job) of the job's folder, reading only what can change the class: a fresh
+        heartbeat of a running trainer settles it (unless --max-age may apply); a job the state DB knows
+        needs no job.json; for one it does not, a missing job.json makes it an orphan whatever state.json
+        says (both terminate), so state.json is read only when job.json exists."""
         from .storage import open_store
         from .storage.jobfiles import read_heartbeat, read_job, read_state
 
@@ -344,7 +348,17 @@ class Reaper:
             store = self._stores.get(uri)
             if store is None:
                 store = self._stores[uri] = open_store(uri)
-        docs = (read_heartbeat(store, job_id), read_state(store, job_id), read_job(store, job_id))
+        heartbeat = read_heartbeat(store, job_id)
+        state = job_doc = None
+        ts = _num((heartbeat or {}).get("ts"))
+        settled = (heartbeat is not None and bool(heartbeat.get("trainer_running")) and ts is not None
+                   and self.clock() - ts <= self.policy.stale_heartbeat and self.policy.max_age is None)
+        if not settled:
+            if not known:
+                job_doc = read_job(store, job_id)
+            if known or job_doc is not None:
+                state = read_state(store, job_id)
+        docs = (heartbeat, state, job_doc)
         with self._mutex:
             self._job_docs[(uri, job_id)] = docs
         return docs
@@ -357,7 +371,7 @@ class Reaper:
         heartbeat = state = job_doc = None
         if uri and instance.job_id:
             try:
-                heartbeat, state, job_doc = self._store_docs(uri, instance.job_id)
+                heartbeat, state, job_doc = self._store_docs(uri, instance.job_id, record is not None)
             except LaunchpadError as e:  # an unknown scheme, a store SDK not installed here
                 uri, note = None, f"{uri}: {e}"
         held = bool(instance.job_id) and attempt_held(self.locks_root, instance.job_id)

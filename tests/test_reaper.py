@@ -126,6 +126,7 @@ def test_a_fresh_home_sees_a_finished_job_through_the_store(local, launchpad_hom
     store_uri, root = local.default_checkpoint_uri(), local.root
     finished, proc1 = _instance(local, "done-by-state")
     done_hb, proc2 = _instance(local, "done-by-heartbeat")
+    write_job(_store(local), "done-by-state", {"spec": {}})  # what the client writes with the job
     write_state(_store(local), "done-by-state", JobState.SUCCEEDED.value)
     _beat(local, "done-by-heartbeat", phase="done", trainer_running=False, idle_since=time.time())
     # another machine: no state DB, the same provider root and store
