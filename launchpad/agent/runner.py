@@ -43,8 +43,9 @@ from .nvme import choose_data_dir, read_lsblk
 from .preemption import PreemptionWatcher
 from .prewarm import prewarm
 from .status import AgentStatus
+from .store_heartbeat import StoreHeartbeat
 from .uploader import QUEUE_DIR, AsyncUploader
-from .watchdog import IdleWatchdog
+from .watchdog import IdleWatchdog, run_autostop
 
 #: Allocated at start, deleted to make room for the final status when the disk fills up.
 RESERVE_FILE = ".agent-reserve"
@@ -171,6 +172,7 @@ class Agent:
         signal.signal(signal.SIGINT, self._signal)
         self._reserve()
         self.status.start()
+        self.store_beat = StoreHeartbeat(self.spec, self.status, self.trainer_running, log=self.log).start()
         code = 1
         try:
             code = self._train()
@@ -187,6 +189,7 @@ class Agent:
         if not self._stopping.is_set():
             self._watch_idle()
         self.status.stop()
+        self.store_beat.stop()
         return code
 
     def _crashed(self, e: Exception) -> int:
@@ -471,20 +474,8 @@ class Agent:
             self._stopping.wait(poll)
 
     def _autostop(self, autostop: AutostopSpec, idle: float) -> None:
-        action, command = autostop.action, autostop.command
-        record = {"action": action, "idle_seconds": round(idle, 1), "at": time.time(),
-                  "command": list(command) if command else None}
-        self._write(self.workdir / "autostopped.json",
-                    lambda: (self.workdir / "autostopped.json").write_text(json.dumps(record)))
-        self.status.set(autostop=record)
-        if not command:
-            self.log(f"idle for {idle:.0f}s: nothing bills here, so the agent just ends ({action})")
-            return
-        self.log(f"idle for {idle:.0f}s: running the {action} command")
-        try:  # argv list from the provider: never through a shell
-            subprocess.run(list(command), check=False, timeout=120, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError) as e:
-            self.log(f"error: the {action} command failed: {e}")
+        run_autostop(self.workdir, autostop, idle, status=self.status, log=self.log, write=self._write,
+                     before=self.store_beat.write_now)
 
 
 def _signal_name(signum: int) -> str:

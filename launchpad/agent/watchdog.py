@@ -9,10 +9,17 @@ provider: nothing bills), the agent simply ends. It needs no client: it runs on 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..jobspec import AutostopSpec
+    from .status import AgentStatus
 
 
 def login_sessions() -> int:
@@ -74,3 +81,26 @@ class IdleWatchdog:
 
     def due(self) -> bool:
         return self.idle_for() >= self.idle_seconds
+
+
+def run_autostop(workdir: Path, autostop: AutostopSpec, idle: float, *, status: AgentStatus,
+                 log: Callable[[str], None], write: Callable[[Path, Callable[[], Any]], bool],
+                 before: Callable[[], Any] | None = None) -> None:
+    """The idle machine's end: record it (autostopped.json, status.json), tell `before` (the store
+    heartbeat, which must say so before the machine goes), then run the provider's argv, if any."""
+    action, command = autostop.action, autostop.command
+    record = {"action": action, "idle_seconds": round(idle, 1), "at": time.time(),
+              "command": list(command) if command else None}
+    path = workdir / "autostopped.json"
+    write(path, lambda: path.write_text(json.dumps(record)))
+    status.set(autostop=record)
+    if before is not None:
+        before()
+    if not command:
+        log(f"idle for {idle:.0f}s: nothing bills here, so the agent just ends ({action})")
+        return
+    log(f"idle for {idle:.0f}s: running the {action} command")
+    try:  # argv list from the provider: never through a shell
+        subprocess.run(list(command), check=False, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"error: the {action} command failed: {e}")

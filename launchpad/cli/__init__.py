@@ -252,8 +252,10 @@ def _add_optional_commands() -> None:
     cli.add_command(plan)
     cli.add_command(offers)
     from .export_cmd import export
+    from .reap_cmd import reap
 
     cli.add_command(export)
+    cli.add_command(reap)
 
 
 _add_optional_commands()
