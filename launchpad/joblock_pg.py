@@ -21,6 +21,7 @@ from .state_pg import connect, psycopg_module, safe_url, scrub
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import DictRow
 
 _HELD = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
@@ -39,9 +40,9 @@ def lock_key(kind: str, job_id: str) -> int:
 class PgJobLocks(JobLocks):
     def __init__(self, url: str):  # JobLocks.__init__ is not called: there is no lock folder
         self.url = url
-        self._held: dict[str, tuple[Any, int]] = {}  # type: ignore[assignment]  # job -> (connection, depth)
+        self._held: dict[str, tuple[Any, int]] = {}  # job -> (connection, depth)
         self._mutex = threading.Lock()
-        self._query: psycopg.Connection | None = None  # for attempt_held, opened on first use
+        self._query: psycopg.Connection[DictRow] | None = None  # for attempt_held, opened on first use
         self._psycopg = psycopg_module()
 
     def _error(self, e: Exception) -> StateError:

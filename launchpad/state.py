@@ -143,6 +143,8 @@ class StateDB:
     """Thread-safe access to the state file. Open with `StateDB.open()` (honours LAUNCHPAD_HOME and
     LAUNCHPAD_STATE_URL). Backends differ only in `__init__`, `_tx`, `_executemany`, `close` and `job_locks`."""
 
+    _conn: Any  # sqlite3.Connection here, psycopg's in launchpad.state_pg
+
     def __init__(self, path: Path):
         self.path = Path(path)
         #: where the state is, for messages (never a password)

@@ -23,6 +23,7 @@ from .state import StateDB
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import DictRow
 
     from .joblock_pg import PgJobLocks
 
@@ -82,7 +83,7 @@ def scrub(message: str, url: str) -> str:
     return line.replace(password, "***") if password else line
 
 
-def connect(url: str, *, autocommit: bool = True, keepalives: bool = False) -> psycopg.Connection:
+def connect(url: str, *, autocommit: bool = True, keepalives: bool = False) -> psycopg.Connection[DictRow]:
     """A connection, or a StateError of one line that never shows the password. `keepalives`: for a
     connection that holds a lock for hours, so that the server ends the session of a vanished client."""
     psycopg = psycopg_module()
@@ -99,7 +100,7 @@ def connect(url: str, *, autocommit: bool = True, keepalives: bool = False) -> p
                          hint="check LAUNCHPAD_STATE_URL (postgresql://USER:PASSWORD@HOST:PORT/DB)") from None
 
 
-def migrate(conn: psycopg.Connection, url: str) -> int:
+def migrate(conn: psycopg.Connection[DictRow], url: str) -> int:
     """Apply the migrations this database lacks, in one transaction under MIGRATION_LOCK. Returns the
     schema version. A second process waits for the lock, then finds nothing left to do."""
     psycopg = psycopg_module()
@@ -118,7 +119,7 @@ def migrate(conn: psycopg.Connection, url: str) -> int:
                 if version <= have:
                     continue
                 for sql in statements:
-                    conn.execute(sql)  # type: ignore[arg-type]  # literal SQL from MIGRATIONS above
+                    conn.execute(sql)  # literal SQL from MIGRATIONS above
                 conn.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (%s, %s, %s)",
                              (version, name, time.time()))
                 have = version
@@ -146,7 +147,7 @@ class PostgresStateDB(StateDB):
 
         return PgJobLocks(self.url)
 
-    def _live_conn(self) -> psycopg.Connection:
+    def _live_conn(self) -> psycopg.Connection[DictRow]:
         # A connection lost while idle (server restart, failover, idle timeout) is replaced before the
         # next statement. A statement that fails mid-way is not retried: it may have committed.
         if self._conn.closed or self._conn.broken:
@@ -157,7 +158,7 @@ class PostgresStateDB(StateDB):
         with self._lock:
             try:
                 # the SQL of StateDB uses ? placeholders and no literal ? or %
-                return self._live_conn().execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+                return self._live_conn().execute(sql.replace("?", "%s"), params)
             except self._psycopg.Error as e:
                 raise StateError(f"state database {self.where}: {scrub(str(e), self.url)}") from None
 
@@ -166,7 +167,7 @@ class PostgresStateDB(StateDB):
             try:
                 conn = self._live_conn()
                 with conn.transaction(), conn.cursor() as cur:
-                    cur.executemany(sql.replace("?", "%s"), list(rows))  # type: ignore[arg-type]
+                    cur.executemany(sql.replace("?", "%s"), list(rows))
             except self._psycopg.Error as e:
                 raise StateError(f"state database {self.where}: {scrub(str(e), self.url)}") from None
 

@@ -158,10 +158,17 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 @json_option
 def status(job: str | None, all_: bool, as_json: bool) -> None:
     """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk)."""
-    from ._run import open_lifecycle, print_warnings
+    from ..lifecycle import Lifecycle
+    from ..plugins import provider_for
+    from ..state import StateDB
+    from ._run import RichReporter, _QuietReporter, print_warnings
     from ._views import STATUS_LATEST, render_job, render_jobs
 
-    lc = open_lifecycle(as_json)
+    db = StateDB.open()
+    # No provider is checked up front (open_lifecycle checks every installed one: AWS alone costs 0.3 s
+    # and may reach the network): a live job's provider is built when its row needs it, as provider_for
+    # builds it for any job that already ran there.
+    lc = Lifecycle(db, {}, {}, _QuietReporter() if as_json else RichReporter(), provider_factory=provider_for)
 
     def warn(job_id: str, e: Exception) -> None:
 

@@ -16,7 +16,8 @@ from launchpad.testing_state import fill_state
 
 
 def run(*args: str):
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False, env={"COLUMNS": "200", "AWS_EC2_METADATA_DISABLED": "true"})
+    env = {"COLUMNS": "200", "AWS_EC2_METADATA_DISABLED": "true"}
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False, env=env)
     assert result.exit_code == 0, result.output
     return result
 
