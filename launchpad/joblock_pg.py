@@ -37,6 +37,16 @@ def lock_key(kind: str, job_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def _release(conn: Any) -> None:
+    """Unlock, then close. Closing alone also releases the locks, but only once the server has noticed the
+    closed socket: a moment in which another process would still find the job locked."""
+    try:
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    except Exception:  # a lost connection: its session (and lock) ends with it anyway
+        pass
+    conn.close()
+
+
 class PgJobLocks(JobLocks):
     def __init__(self, url: str):  # JobLocks.__init__ is not called: there is no lock folder
         self.url = url
@@ -78,7 +88,7 @@ class PgJobLocks(JobLocks):
                     self._held[job_id] = (conn, depth - 1)
                 else:
                     del self._held[job_id]
-                    conn.close()  # ends the session: the server releases its advisory locks
+                    _release(conn)
 
     def attempt_held(self, job_id: str) -> bool:
         """Whether some process on any machine holds the job's attempt lock. Reads pg_locks (it never takes
@@ -111,7 +121,7 @@ class PgJobLocks(JobLocks):
                 raise self._error(e) from None
             yield
         finally:
-            conn.close()  # releases the lock with the session
+            _release(conn)
 
     def close(self) -> None:
         with self._mutex:
