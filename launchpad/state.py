@@ -216,7 +216,8 @@ class StateDB:
                 self._conn.executemany(sql, rows)
                 self._conn.execute("COMMIT")
             except sqlite3.Error as e:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise StateError(f"state database {self.where}: {e}") from None
 
     # -- jobs -----------------------------------------------------------------------------------------
