@@ -25,8 +25,8 @@ SERVER_FIXTURES = {
 def _starts(item: pytest.Item, fixtures: set[str]) -> bool:
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and "postgresql" in (callspec.params.get("state_db"), callspec.params.get("state_url")):
-        names.add("postgres_url")  # state_db[postgresql] and state_url[postgresql] ask for it when they run
+    if callspec is not None and "postgresql" in callspec.params.values():
+        names.add("postgres_url")  # state_db[postgresql], state_url[postgresql]...: asked for when they run
     if callspec is not None and callspec.params.get("any_store") == "file":
         names.discard("server_env")  # requested by any_store, which on file:// starts no server
         function = getattr(item, "function", None)
