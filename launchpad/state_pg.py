@@ -139,7 +139,11 @@ class PostgresStateDB(StateDB):
         self.warnings: list[str] = []
         self._psycopg = psycopg_module()
         self._conn = connect(url)
-        migrate(self._conn, url)
+        try:
+            migrate(self._conn, url)
+        except StateError:
+            self._conn.close()
+            raise
 
     def job_locks(self) -> PgJobLocks:
         """Advisory locks on this server: processes on other machines share these jobs."""

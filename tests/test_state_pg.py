@@ -87,3 +87,11 @@ def test_a_bad_state_url_exits_1_with_one_line(monkeypatch, capsys):
 def test_scrub_masks_a_password_the_driver_repeats():
     assert scrub("bad option password=abc in x\nmore", "host=h password=abc") == "bad option password=*** in x"
     assert scrub("oops sekrit", "postgresql://u:sekrit@h/db") == "oops ***"
+
+
+def test_without_psycopg_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
+    monkeypatch.setenv("LAUNCHPAD_STATE_URL", "postgresql://u:pw@db.example/launchpad")
+    with pytest.raises(StateError) as e:
+        StateDB.open()
+    assert "psycopg is not installed" in str(e.value) and "launchpad[postgres]" in (e.value.hint or "")
