@@ -69,6 +69,25 @@ class JobLocks:
                     del self._held[job_id]
                     os.close(fd)  # releases the flock
 
+    def attempt_held(self, job_id: str) -> bool:
+        """Whether some process (this one included) holds the job's attempt lock right now: a job whose
+        state says it runs but whose lock is free was abandoned (its client was killed). The check takes
+        the lock for an instant: an `attempt` at that very instant is refused (JobBusy) and may be retried."""
+        with self._mutex:
+            if job_id in self._held:
+                return True
+        try:
+            fd = os.open(self.root / f"{job_id}.attempt", os.O_RDWR)
+        except FileNotFoundError:
+            return False  # never attempted on this machine
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # releases the flock if we got it
+        return False
+
     @contextmanager
     def step(self, job_id: str, timeout: float = 900) -> Iterator[None]:
         """Exclusive with every other step of this job in any process. Waits (bounded) for it."""

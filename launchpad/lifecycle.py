@@ -82,13 +82,11 @@ class Lifecycle(TeardownSteps, StatusRows):
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
                  reporter: Reporter | None = None, provider_factory: Callable[[str], Provider] | None = None,
                  locks: JobLocks | None = None):
-        from .settings import data_dir
-
         self.db = db
         self.providers = dict(providers)
         self.unavailable = dict(unavailable or {})
         self.reporter: Reporter = reporter or SilentReporter()
-        self.locks = locks or JobLocks(data_dir() / "locks")
+        self.locks = locks or db.job_locks()  # flock files, or advisory locks with PostgreSQL
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
         self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process

@@ -1,4 +1,7 @@
-"""Local state: one SQLite file (WAL) with jobs, instances and events. The only writer of local state.
+"""State: jobs, instances and events. The only writer of state.
+
+`StateDB` keeps them in one SQLite file (WAL), the embedded default; ``LAUNCHPAD_STATE_URL=postgresql://...``
+keeps them in PostgreSQL for a team (`launchpad.state_pg.PostgresStateDB`, the same methods and SQL).
 
 Every lifecycle transition is an event, so `launchpad status`/`logs` can always say what happened and
 `resume` can continue from any state. Secrets never reach this file: recipes are stored as written
@@ -11,14 +14,17 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput, JobNotFound, StateError
 from .jobspec import JobSpec
 from .models import Instance, InstanceState, JobState
+
+if TYPE_CHECKING:
+    from .joblock import JobLocks
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -59,11 +65,16 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
 CREATE INDEX IF NOT EXISTS instances_job ON instances (job_id);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 """
 
 _JOB_FIELDS = {"state", "provider", "plan_json", "step", "total_steps", "loss", "last_checkpoint", "cost_usd", "error"}
 # Columns added after the first release: added to an older state file when it is opened.
 _ADDED_COLUMNS = {"jobs": (("recipe_text", "TEXT"), ("options_json", "TEXT"))}
+_FINISHED = tuple(s.value for s in JobState if s.finished)
+# Ids per `IN (...)` list: far below SQLite's (32766) and PostgreSQL's (65535) limits on parameters.
+_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -108,11 +119,36 @@ class JobRecord:
                 "recipe": self.recipe_path, "created_at": self.created_at, "updated_at": self.updated_at}
 
 
+@dataclass(frozen=True)
+class InstanceSpan:
+    """An instance of a job with what it bills: compute from `created_at` until `ended_at` (None while it
+    runs) at `price_per_hour`. `launchpad status` reads every shown job's spans in one query."""
+
+    instance: Instance
+    created_at: float
+    ended_at: float | None
+    price_per_hour: float = 0.0
+
+    def as_tuple(self) -> tuple[Instance, float, float | None]:
+        return self.instance, self.created_at, self.ended_at
+
+
+def cost_of(spans: Iterable[InstanceSpan], now: float | None = None) -> float:
+    """The compute the spans have billed until `now` (USD)."""
+    now = now or time.time()
+    return sum((s.price_per_hour or 0) * max(0.0, (s.ended_at or now) - s.created_at) / 3600 for s in spans)
+
+
 class StateDB:
-    """Thread-safe access to the state file. Open with `StateDB.open()` (honours LAUNCHPAD_HOME)."""
+    """Thread-safe access to the state file. Open with `StateDB.open()` (honours LAUNCHPAD_HOME and
+    LAUNCHPAD_STATE_URL). Backends differ only in `__init__`, `_tx`, `_executemany`, `close` and `job_locks`."""
+
+    _conn: Any  # sqlite3.Connection here, psycopg's in launchpad.state_pg
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        #: where the state is, for messages (never a password)
+        self.where = str(self.path)
         self._lock = threading.RLock()
         #: what the user should hear about this state file (a truncated file, damaged rows): the CLI prints it
         self.warnings: list[str] = []
@@ -139,22 +175,50 @@ class StateDB:
 
     @classmethod
     def open(cls) -> StateDB:
+        """The state LAUNCHPAD_STATE_URL names: sqlite:///PATH (the default, under the data dir) or
+        postgresql://USER:PASSWORD@HOST:PORT/DB."""
         from .settings import state_url
 
         url = state_url()
-        if not url.startswith("sqlite:///"):
-            raise StateError(f"LAUNCHPAD_STATE_URL={url.split('@')[-1]!r}: only sqlite:/// is supported in this version")
-        return cls(Path(url[len("sqlite:///") :]))
+        if url.startswith("sqlite:///"):
+            return StateDB(Path(url[len("sqlite:///") :]))
+        if url.startswith(("postgresql://", "postgres://")):
+            from .state_pg import PostgresStateDB
+
+            return PostgresStateDB(url)
+        raise StateError(f"LAUNCHPAD_STATE_URL={url.split('@')[-1]!r}: not a state URL",
+                         hint="use sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
 
     def close(self) -> None:
         self._conn.close()
 
-    def _tx(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+    def job_locks(self) -> JobLocks:
+        """The per-job locks that go with this state: flock files on this machine (every process that
+        shares a SQLite file runs here)."""
+        from .joblock import JobLocks
+        from .settings import data_dir
+
+        return JobLocks(data_dir() / "locks")
+
+    def _tx(self, sql: str, params: tuple | list = ()) -> Any:
+        """One statement (autocommit); a cursor with fetchone/fetchall whose rows are read by column name."""
         with self._lock:
             try:
                 return self._conn.execute(sql, params)
             except sqlite3.Error as e:
-                raise StateError(f"state database {self.path}: {e}") from None
+                raise StateError(f"state database {self.where}: {e}") from None
+
+    def _executemany(self, sql: str, rows: Iterable[tuple]) -> None:
+        """One statement over many rows in one transaction (bulk loads: tests and benchmarks)."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN")
+                self._conn.executemany(sql, rows)
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise StateError(f"state database {self.where}: {e}") from None
 
     # -- jobs -----------------------------------------------------------------------------------------
     def create_job(self, name: str, recipe_path: str | None, spec: JobSpec, recipe_text: str,
@@ -211,16 +275,29 @@ class StateDB:
             row = rows[0]
         return _job_record(row)
 
-    def jobs(self) -> list[JobRecord]:
-        """Every readable job; a damaged row is skipped with a warning (in `warnings`), never a crash."""
+    def jobs(self, *, live_or_latest: int | None = None) -> list[JobRecord]:
+        """Every readable job, oldest first; a damaged row is skipped with a warning (in `warnings`), never
+        a crash. `live_or_latest=N`: only the jobs not finished plus the N newest finished ones (what
+        `launchpad status` shows), in one query that the indexes on state and created_at keep fast."""
+        if live_or_latest is None:
+            rows = self._tx("SELECT * FROM jobs ORDER BY created_at, id").fetchall()
+        else:
+            marks = ", ".join("?" for _ in _FINISHED)
+            rows = self._tx(
+                f"SELECT * FROM jobs WHERE state NOT IN ({marks}) UNION ALL SELECT * FROM"
+                f" (SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY created_at DESC, id DESC LIMIT ?) AS latest"
+                " ORDER BY created_at, id", (*_FINISHED, *_FINISHED, max(0, live_or_latest))).fetchall()
         out = []
-        for r in self._tx("SELECT * FROM jobs ORDER BY created_at").fetchall():
+        for r in rows:
             try:
                 out.append(_job_record(r))
             except StateError as e:
                 if str(e) not in self.warnings:
                     self.warnings.append(str(e))
         return out
+
+    def count_jobs(self) -> int:
+        return int(self._tx("SELECT COUNT(*) AS n FROM jobs").fetchone()["n"])
 
     # -- instances ------------------------------------------------------------------------------------
     def record_instance(self, instance: Instance) -> None:
@@ -262,17 +339,25 @@ class StateDB:
         return out
 
     def cost_so_far(self, job_id: str, now: float | None = None) -> float:
-        now = now or time.time()
-        rows = self._tx("SELECT price_per_hour, created_at, ended_at FROM instances WHERE job_id = ?", (job_id,))
-        return sum((r["price_per_hour"] or 0) * max(0.0, ((r["ended_at"] or now) - r["created_at"])) / 3600 for r in rows)
+        return cost_of(self.instances_for([job_id]).get(job_id, []), now)
 
     def instance_spans(self, job_id: str) -> list[tuple[Instance, float, float | None]]:
         """(instance, created_at, ended_at) of each instance of the job; ended_at = when it stopped billing
         compute (stopped, preempted or terminated), None while it runs."""
-        rows = self._tx("SELECT state, data_json, created_at, ended_at FROM instances WHERE job_id = ? ORDER BY created_at",
-                        (job_id,)).fetchall()
-        return [(replace(Instance.from_dict(json.loads(r["data_json"])), state=InstanceState(r["state"])),
-                 r["created_at"], r["ended_at"]) for r in rows]
+        return [s.as_tuple() for s in self.instances_for([job_id]).get(job_id, [])]
+
+    def instances_for(self, job_ids: Iterable[str]) -> dict[str, list[InstanceSpan]]:
+        """{job id: its instances, oldest first} for many jobs in one query per 500 ids (no query per job)."""
+        out: dict[str, list[InstanceSpan]] = {}
+        for chunk in _chunks(job_ids):
+            rows = self._tx(
+                "SELECT job_id, state, price_per_hour, data_json, created_at, ended_at FROM instances"
+                f" WHERE job_id IN ({', '.join('?' for _ in chunk)}) ORDER BY created_at", tuple(chunk)).fetchall()
+            for r in rows:
+                inst = replace(Instance.from_dict(json.loads(r["data_json"])), state=InstanceState(r["state"]))
+                out.setdefault(r["job_id"], []).append(
+                    InstanceSpan(inst, r["created_at"], r["ended_at"], r["price_per_hour"] or 0.0))
+        return out
 
     # -- events ---------------------------------------------------------------------------------------
     def add_event(self, job_id: str, kind: str, data: dict | None = None) -> dict[str, Any]:
@@ -285,13 +370,33 @@ class StateDB:
 
     def last_event_seq(self, job_id: str, kind: str | None = None) -> int:
         """The seq of the job's newest event (of `kind`), 0 if none."""
-        sql = "SELECT MAX(seq) FROM events WHERE job_id = ?" + (" AND kind = ?" if kind else "")
+        sql = "SELECT MAX(seq) AS m FROM events WHERE job_id = ?" + (" AND kind = ?" if kind else "")
         row = self._tx(sql, (job_id, kind) if kind else (job_id,)).fetchone()
-        return int(row[0] or 0)
+        return int(row["m"] or 0)
 
     def events(self, job_id: str) -> Iterator[dict[str, Any]]:
         for r in self._tx("SELECT * FROM events WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall():
-            yield {"seq": r["seq"], "ts": r["ts"], "kind": r["kind"], "data": json.loads(r["data_json"])}
+            yield _event(r)
+
+    def events_for(self, job_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """{job id: its events in order} for many jobs in one query per 500 ids."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for chunk in _chunks(job_ids):
+            rows = self._tx(f"SELECT * FROM events WHERE job_id IN ({', '.join('?' for _ in chunk)}) ORDER BY seq",
+                            tuple(chunk)).fetchall()
+            for r in rows:
+                out.setdefault(r["job_id"], []).append(_event(r))
+        return out
+
+
+def _event(r: Any) -> dict[str, Any]:
+    return {"seq": r["seq"], "ts": r["ts"], "kind": r["kind"], "data": json.loads(r["data_json"])}
+
+
+def _chunks(ids: Iterable[str]) -> Iterator[list[str]]:
+    ids = list(dict.fromkeys(ids))  # unique, in order
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i : i + _CHUNK]
 
 
 def _truncated(path: Path) -> bool:
@@ -306,7 +411,8 @@ def _truncated(path: Path) -> bool:
     return not (wal.exists() and wal.stat().st_size > 0)
 
 
-def _job_record(row: sqlite3.Row) -> JobRecord:
+def _job_record(row: Any) -> JobRecord:
+    """A row (sqlite3.Row or psycopg's dict row) as a JobRecord; StateError when it cannot be read."""
     d = dict(row)
     try:
         spec_data = json.loads(d["spec_json"])

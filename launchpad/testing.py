@@ -31,6 +31,7 @@ def launchpad_home(tmp_path, monkeypatch):
     home = tmp_path / "lp-home"
     home.mkdir()
     monkeypatch.setenv("LAUNCHPAD_HOME", str(home))
+    monkeypatch.delenv("LAUNCHPAD_STATE_URL", raising=False)  # never a developer's (team's) real state
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from launchpad import plugins
 

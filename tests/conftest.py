@@ -18,12 +18,15 @@ REPO = Path(__file__).resolve().parent.parent
 SERVER_FIXTURES = {
     "sshd": {"launchpad_sshd", "sshd_pair", "sshd_nosftp", "lone_sshd"},
     "object_store": {"s3_server", "gcs_server", "azurite_server", "server_env"},
+    "postgres": {"postgres_server", "postgres_url"},
 }
 
 
 def _starts(item: pytest.Item, fixtures: set[str]) -> bool:
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgresql" in callspec.params.values():
+        names.add("postgres_url")  # state_db[postgresql], state_url[postgresql]...: asked for when they run
     if callspec is not None and callspec.params.get("any_store") == "file":
         names.discard("server_env")  # requested by any_store, which on file:// starts no server
         function = getattr(item, "function", None)
@@ -42,6 +45,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _isolated_home(launchpad_home):
     yield launchpad_home
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server for the session (launchpad.testing_postgres). Missing binaries or
+    psycopg fail the tests that need it (CI must install them: .ci/run); LAUNCHPAD_TEST_NO_POSTGRES=1
+    skips them instead, on a laptop without PostgreSQL."""
+    from launchpad.testing_postgres import PostgresServer, postgres_bin_dir
+
+    if os.environ.get("LAUNCHPAD_TEST_NO_POSTGRES") == "1":
+        pytest.skip("LAUNCHPAD_TEST_NO_POSTGRES=1")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.fail("psycopg is not installed: pip install -e '.[dev]' (or LAUNCHPAD_TEST_NO_POSTGRES=1 to skip)")
+    if postgres_bin_dir() is None:
+        pytest.fail("PostgreSQL is not installed: apt-get install postgresql (or LAUNCHPAD_TEST_NO_POSTGRES=1 to skip)")
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A fresh, empty database of the session's server, for one test."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_db(request, tmp_path):
+    """The state backends' conformance: the test runs on a SQLite file and on a PostgreSQL database."""
+    from launchpad.state import StateDB
+
+    if request.param == "sqlite":
+        db = StateDB(tmp_path / "state.db")
+    else:
+        from launchpad.state_pg import PostgresStateDB
+
+        db = PostgresStateDB(request.getfixturevalue("postgres_url"))
+    yield db
+    db.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_url(request, monkeypatch, launchpad_home) -> str:
+    """LAUNCHPAD_STATE_URL for the CLI on each backend (the SQLite file under LAUNCHPAD_HOME)."""
+    url = (f"sqlite:///{launchpad_home / 'state.db'}" if request.param == "sqlite"
+           else request.getfixturevalue("postgres_url"))
+    monkeypatch.setenv("LAUNCHPAD_STATE_URL", url)
+    return url
 
 
 @pytest.fixture

@@ -1,3 +1,6 @@
+"""The state backends' conformance: every test that takes `db` runs on SQLite and on PostgreSQL (the
+`state_db` fixture, tests/conftest.py); the SQLite file's own upgrades are tested at the end."""
+
 import sqlite3
 import time
 
@@ -14,11 +17,12 @@ def add_job(db, job_id, name, recipe_path=None, **options):
 
 
 @pytest.fixture
-def db(tmp_path):
-    return StateDB(tmp_path / "state.db")
+def db(state_db):
+    return state_db
 
 
-def test_wal_mode_and_tables(db, tmp_path):
+def test_wal_mode_and_tables(tmp_path):
+    StateDB(tmp_path / "state.db")
     conn = sqlite3.connect(tmp_path / "state.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -86,3 +90,62 @@ def test_an_older_state_file_gains_the_new_columns(tmp_path):
     job = StateDB(path).job("old-1")
     assert job.recipe_text == "name: old\n" and job.options == JobOptions("local", "time")
     assert job.spec.checkpoint_uri == "file:///x"
+
+
+def test_jobs_live_or_latest(db):
+    """What `launchpad status` lists by default: the jobs not finished and the newest finished ones."""
+    from launchpad.testing_state import fill_state
+
+    ids = fill_state(db, 50, live_every=10)  # job-00009, -19, ... are live
+    live = [i for n, i in enumerate(ids) if n % 10 == 9]
+    shown = [j.id for j in db.jobs(live_or_latest=3)]
+    finished_newest = [i for i in ids if i not in live][-3:]
+    assert shown == sorted(live + finished_newest)  # oldest first, as jobs()
+    assert [j.id for j in db.jobs(live_or_latest=0)] == live
+    assert [j.id for j in db.jobs()] == ids and db.count_jobs() == 50
+
+
+def test_instances_and_events_for_many_jobs(db):
+    """One query for many jobs gives what the per-job reads give."""
+    from launchpad.testing_state import fill_state
+
+    ids = fill_state(db, 30, live_every=0, instances=2, events=3)
+    spans = db.instances_for([*ids, "no-such-job"])
+    assert set(spans) == set(ids) and all(len(s) == 2 for s in spans.values())
+    assert [s.as_tuple() for s in spans[ids[4]]] == db.instance_spans(ids[4])
+    assert db.cost_so_far(ids[4]) == pytest.approx(2 * 1.2 * 30 / 3600)
+    events = db.events_for(ids)
+    assert events[ids[7]] == list(db.events(ids[7])) and len(events[ids[7]]) == 3
+
+
+def test_ten_thousand_jobs_are_listed_correctly(db):
+    from launchpad.testing_state import fill_state
+
+    ids = fill_state(db, 10_000, instances=1, events=1)
+    listed = db.jobs()
+    assert [j.id for j in listed] == ids and listed[123].spec.job_id == ids[123]
+    assert db.count_jobs() == 10_000
+    shown = db.jobs(live_or_latest=10)
+    assert len(shown) == 100 + 10 and sum(not j.state.finished for j in shown) == 100
+    assert [j.id for j in shown if j.state.finished] == [i for n, i in enumerate(ids) if n % 100 != 99][-10:]
+    spans = db.instances_for(ids)  # 20 chunks of ids
+    assert sum(len(s) for s in spans.values()) == 9_900
+    assert db.job("job-09998").name == "run-9998"
+
+
+def test_a_damaged_row_is_skipped_with_a_warning(db):
+    add_job(db, "ok-1", "ok")
+    add_job(db, "bad-1", "bad")
+    db._tx("UPDATE jobs SET spec_json = ? WHERE id = ?", ("{not json", "bad-1"))
+    assert [j.id for j in db.jobs()] == ["ok-1"] and [j.id for j in db.jobs(live_or_latest=5)] == ["ok-1"]
+    assert any("bad-1" in w for w in db.warnings)
+
+
+def test_timestamps_keep_sub_second_precision(db):
+    """PostgreSQL's REAL is 4 bytes (it would round today's epoch to ~2 minutes): DOUBLE PRECISION there."""
+    add_job(db, "t-1", "t")
+    created = db.job("t-1").created_at
+    assert abs(created - time.time()) < 60
+    seq = db.last_event_seq("t-1")
+    db._tx("UPDATE events SET ts = ? WHERE seq = ?", (1_700_000_000.125, seq))
+    assert next(iter(db.events("t-1")))["ts"] == 1_700_000_000.125

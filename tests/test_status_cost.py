@@ -11,14 +11,14 @@ import pytest
 from launchpad.jobspec import JobSpec
 from launchpad.models import Instance, InstanceState, Offer
 from launchpad.planner.disk import disk_usd_so_far
-from launchpad.state import JobOptions, StateDB
+from launchpad.state import JobOptions
 
 HOUR = 3600.0
 
 
 @pytest.fixture
-def db(tmp_path):
-    db = StateDB(tmp_path / "state.db")
+def db(state_db):  # on SQLite and on PostgreSQL (tests/conftest.py)
+    db = state_db
     db.create_job("j", None, JobSpec(job_id="j-1", recipe={"name": "j"}), "name: j\n", JobOptions())
     return db
 
@@ -90,11 +90,7 @@ def test_status_views_show_the_disk_part(monkeypatch) -> None:
     assert "cost_usd" in text and "$1.50" in text and text.count("disk_usd") == 1 and "$0.25" in text
 
 
-def test_a_multi_node_instance_bills_every_node(tmp_path):
-    from launchpad.models import Instance, InstanceState, Offer
-    from launchpad.state import StateDB
-
-    db = StateDB(tmp_path / "state.db")
+def test_a_multi_node_instance_bills_every_node(db):
     offer = Offer("aws", "p4d.24xlarge", "us-east-1", price_per_hour=30.0)
     inst = Instance("aws", "i-1", "job", InstanceState.RUNNING, offer=offer, created_at=1000.0,
                     data={"nodes": [{"rank": 0, "id": "i-1"}, {"rank": 1, "id": "i-2"}]})

@@ -153,29 +153,42 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 
 @cli.command()
 @click.argument("job", required=False)
+@click.option("--all", "all_", is_flag=True,
+              help="Every job; by default the live ones and the 10 newest finished.")
 @json_option
-def status(job: str | None, as_json: bool) -> None:
+def status(job: str | None, all_: bool, as_json: bool) -> None:
     """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk)."""
-    from ..planner.disk import disk_usd_so_far
-    from ._run import open_lifecycle, print_warnings
-    from ._views import render_job, render_jobs
+    from ..lifecycle import Lifecycle
+    from ..plugins import provider_for
+    from ..state import StateDB
+    from ._run import RichReporter, _QuietReporter, print_warnings
+    from ._views import STATUS_LATEST, render_job, render_jobs
 
-    lc = open_lifecycle(as_json)
+    db = StateDB.open()
+    # No provider is checked up front (open_lifecycle checks every installed one: AWS alone costs 0.3 s
+    # and may reach the network): a live job's provider is built when its row needs it, as provider_for
+    # builds it for any job that already ran there.
+    lc = Lifecycle(db, {}, {}, _QuietReporter() if as_json else RichReporter(), provider_factory=provider_for)
 
     def warn(job_id: str, e: Exception) -> None:
 
         err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
-    rows = lc.status_rows(job, on_error=warn)
-    for row in rows:  # cost_usd is instance time; the volumes also bill while an instance is stopped
-        row["disk_usd"] = round(disk_usd_so_far(lc.db.instance_spans(row["id"])), 4)
+    latest = None if (all_ or job) else STATUS_LATEST
+    rows = lc.status_rows(job, on_error=warn, latest=latest)  # with cost_usd and disk_usd
+    hidden = lc.db.count_jobs() - len(rows) if latest is not None else 0
     print_warnings(lc.db)  # damaged rows are skipped, and said so
+    footer = f"{hidden} older jobs hidden: `launchpad status --all`"
     if as_json:
         emit_json(rows)
+        if hidden > 0:  # stdout stays one JSON document
+            err_console().print(footer, markup=False, soft_wrap=True)
     elif job:
         render_job(rows[0], list(lc.db.events(rows[0]["id"])))
     else:
         render_jobs(rows)
+        if hidden > 0:
+            console().print(footer, markup=False, style="dim", soft_wrap=True)
 
 
 @cli.command()

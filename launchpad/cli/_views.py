@@ -9,6 +9,9 @@ from ._common import console, esc
 
 #: event data the start-up phases table shows (launchpad.phases): not repeated in the events table
 _IN_PHASES_TABLE = ("phases", "env_seconds", "times")
+#: finished jobs `launchpad status` shows besides the live ones (`--all`: every job): a state with 10,000
+#: jobs answers as fast as one with 10, and the table stays readable
+STATUS_LATEST = 10
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
 
