@@ -10,8 +10,10 @@ Kill points, in turn (the delay after the point is drawn at random, seeded):
     sync           the client, 0-4 s into syncing (wheel, job files, environment set-up, agent start)
     training       the client, 0-6 s after the trainer started (the agent trains on without it)
     upload         the client AND the instance's agent + trainer (a crashed machine), the moment the trainer
-                   has written a checkpoint folder and the agent is uploading it
-    teardown       the client, 0-0.5 s after it began tearing the finished job's instance down
+                   has handed a checkpoint over and the agent is uploading it
+    teardown       the client, as it begins tearing the finished job's instance down (before the terminate
+                   call) or right after the call returned (before the job is recorded SUCCEEDED), at random;
+                   moto terminates at once, so a delay would land after the teardown
     detached       `up --detach` returns; the client never comes back (the agent finishes, uploads, stops)
 
 Every fault is real: a real SIGKILL (a launchpad plugin in the client's process, launchpad.testing_faults;
@@ -49,8 +51,9 @@ sys.path[:0] = [str(REPO)]
 
 POINTS = ("provision", "sync", "training", "upload", "teardown", "detached")
 KILL_AT = {"provision": ("provision:attempt", 0.6), "sync": ("state:SYNCING", 4.0),
-           "training": ("state:TRAINING", 6.0), "teardown": ("teardown:start", 0.5)}
+           "training": ("state:TRAINING", 6.0), "teardown": ("teardown:start|teardown:done", 0.0)}
 LIVE = ["pending", "running", "stopping", "stopped"]
+RUNNING = ["pending", "running", "stopping"]  # billing compute; a stopped instance bills its disk only
 
 
 @dataclass
@@ -193,13 +196,15 @@ class Harness:
         finally:
             db.close()
 
-    def trainer_status(self, job: str) -> dict[str, Any]:
-        """The newest status.json of the job's trainer on the "instance" (the agent's own file)."""
+    def trainer_status(self, job: str, newer_than: float = 0.0) -> dict[str, Any]:
+        """The newest status of the job's trainer on the "instance" (the trainer's own file, which the agent
+        merges into status.json every 2 s)."""
         found = []
         for inst in self.cloud.instances(LIVE + ["shutting-down", "terminated"], job):
-            path = self.cloud.root / "jobs" / inst["InstanceId"] / "status.json"
+            path = self.cloud.root / "jobs" / inst["InstanceId"] / "trainer-status.json"
             try:
-                found.append((path.stat().st_mtime, json.loads(path.read_text())))
+                if path.stat().st_mtime > newer_than:
+                    found.append((path.stat().st_mtime, json.loads(path.read_text())))
             except (OSError, ValueError):
                 pass
         return max(found, key=lambda f: f[0])[1] if found else {}
@@ -219,6 +224,7 @@ class Harness:
             from launchpad.testing_faults import install_kill_hook
 
             at, span = KILL_AT[point]
+            at = rng.choice(at.split("|"))
             env.update(install_kill_hook(self.base / "site", at, rng.uniform(0, span), log))
         args = ["up", str(self.recipe), "--provider", "aws", "--json"] + (["--detach"] if point == "detached" else [])
         up = subprocess.Popen([sys.executable, "-m", "launchpad", *args], stdout=subprocess.PIPE,
@@ -244,7 +250,7 @@ class Harness:
         if reap.returncode not in (0, 1):
             run.notes.append(f"reap exited {reap.returncode}: {reap.stderr.strip()[-300:]}")
         if not run.reached_training:
-            run.left_after_reap = len(self.cloud.instances(LIVE, run.job))
+            run.left_after_reap = len(self.cloud.instances(RUNNING, run.job))
         if point == "detached":  # the client never comes back: the agent finishes on its own
             self._wait_for_agent(run)
         elif run.reached_training and not self.job_facts(run.job)["state"] == "SUCCEEDED":
@@ -253,12 +259,18 @@ class Harness:
             run.kill_to_training_s = time.time() - kill_ts
             if res.returncode != 0:
                 run.notes.append(f"resume --detach exited {res.returncode}: {res.stderr.strip()[-300:]}")
-            status = self.trainer_status(run.job)
+            status, deadline = {}, time.monotonic() + 120
+            while time.monotonic() < deadline:  # the new trainer has loaded and says where it resumed from
+                status = self.trainer_status(run.job, newer_than=kill_ts)  # not the killed trainer's
+                if status.get("resumed_from") or (status.get("step") or 0) > 0 or status.get("phase") == "done":
+                    break
+                time.sleep(0.2)
             resumed = (status.get("resumed_from") or {}).get("step")
             run.resumed_from = resumed
             run.resumed_incomplete = resumed is not None and resumed not in before
             if point == "upload" and run.step_at_kill is not None:
                 run.steps_lost = max(0, run.step_at_kill - (resumed or 0))
+                run.notes.append(f"crashed at step {run.step_at_kill}, resumed from {resumed}")
             else:
                 run.steps_lost = 0 if status.get("step", 0) >= (run.step_at_kill or 0) else None
             fin = self.cli("resume", run.job, "--json")
@@ -266,22 +278,25 @@ class Harness:
                 run.notes.append(f"resume exited {fin.returncode}: {fin.stderr.strip()[-300:]}")
         if point != "detached":
             self.cli("reap", "--json")  # a second pass: what the first could not yet tell (e.g. a finished job)
-        end = self.job_facts(run.job) if run.job else {"state": "", "step": 0}
+        end: dict[str, Any] = self.job_facts(run.job) if run.job else {"state": "", "step": 0}
         run.final_state, run.final_step = end["state"], end["step"]
-        run.left_at_end = len(self.cloud.instances(LIVE, run.job)) if run.job else 0
+        run.left_at_end = len(self.cloud.instances(RUNNING, run.job)) if run.job else 0
+        stopped = len(self.cloud.instances(["stopped"], run.job)) if run.job else 0
+        if stopped:
+            run.notes.append(f"{stopped} instance(s) stopped by autostop (disk only)")
         return run
 
     def _crash_during_upload(self, up: subprocess.Popen, run: Run) -> float | None:
-        """Wait for the trainer's first checkpoint folder past the first one, then kill the client and
-        everything on the instance at once: a machine that dies while the agent uploads that checkpoint."""
+        """Wait until the agent uploads a checkpoint past the first one (the trainer handed it over: it is in
+        the upload queue), then kill the client and everything on the instance at once."""
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and up.poll() is None:
             for inst in self.cloud.instances(["running"]):
                 work = self.cloud.root / "jobs" / inst["InstanceId"]
-                folders = sorted(work.glob("**/checkpoint-*"), key=lambda p: p.stat().st_mtime) if work.exists() else []
-                steps = [int(p.name.split("-")[1]) for p in folders if p.name.split("-")[1].isdigit()]
+                queue = work / "upload-queue"
+                steps = [int(p.name.split("-")[1]) for p in queue.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
                 if steps and max(steps) >= 2 * self.every:
-                    run.step_at_kill = json.loads((work / "status.json").read_text()).get("step")
+                    run.step_at_kill = json.loads((work / "trainer-status.json").read_text()).get("step")
                     up.kill()
                     self.cloud.kill_on(inst["InstanceId"])
                     return time.time()

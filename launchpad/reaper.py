@@ -10,6 +10,7 @@ state DB knows the job, else ``provider.checkpoint_uri_for(instance)``.
 Classes, in the order they are decided (the first that fits wins):
 
     stopped    not running (stopped, preempted): bills no compute                          -> keep
+    orphan     its job never reached training and nobody drives it any more (`up` killed)    -> terminate
     over-age   older than --max-age and a trainer is alive                                  -> checkpoint, terminate
     active     a fresh heartbeat with a trainer running or pre-warming                      -> keep
     finished   the job SUCCEEDED/FAILED (state DB, state.json) or its heartbeat says done/failed -> terminate
@@ -35,9 +36,7 @@ DB (LAUNCHPAD_STATE_URL), a job driven from another machine looks undriven here 
 from __future__ import annotations
 
 import enum
-import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -50,6 +49,7 @@ from .errors import LaunchpadError, NotYetTerminated, ProviderError
 from .models import Capability, Instance, InstanceState, JobState, TeardownMode
 
 if TYPE_CHECKING:
+    from .joblock import JobLocks
     from .lifecycle import Lifecycle
     from .provider import Provider
     from .state import JobRecord, StateDB
@@ -63,6 +63,7 @@ CHECKPOINT_TIMEOUT_SECONDS = 300.0
 DEFAULT_IDLE_MINUTES = 30.0
 WORKERS = 32
 BUSY_PHASES = ("starting", "prewarm", "loading")  # as launchpad.agent.store_heartbeat writes them
+PRE_TRAINING = (JobState.PENDING, JobState.PROVISIONING, JobState.SYNCING)
 FINISHED_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value)
 
 
@@ -164,7 +165,15 @@ def classify(instance: Instance, ev: Evidence, policy: ReapPolicy, now: float,
         return ReapDecision(instance, klass, action, reason, age, hb_age, checkpoint, ev.record is not None)
 
     if instance.state in (InstanceState.STOPPED, InstanceState.TERMINATED, InstanceState.PREEMPTED):
-        return decide(ReapClass.STOPPED, "keep", f"{instance.state.value}: bills no compute")
+        finished = _finished(ev)  # what its job came to, for whoever looks (e.g. from another machine)
+        return decide(ReapClass.STOPPED, "keep", f"{instance.state.value}: bills no compute"
+                      + (f"; {finished}" + (f" at step {hb['step']}" if hb.get("step") else "") if finished else ""))
+    record_state = ev.record.state if ev.record is not None else None
+    if record_state in PRE_TRAINING and not running and not ev.attempt_held:
+        # the `up` that drove it is gone (killed, crashed) before it started a trainer: nothing ever will
+        return decide(ReapClass.ORPHAN, "terminate",
+                      f"its `up` is gone before training started (job {record_state.value}, no launchpad process "
+                      f"drives it); `launchpad resume {instance.job_id}` starts it again")
     if over_age and busy:
         return decide(ReapClass.OVER_AGE, "terminate", f"older than --max-age {human_duration(policy.max_age)}, trainer alive",
                       checkpoint=running)
@@ -248,30 +257,15 @@ def human_duration(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m" if s < 172800 else f"{s // 86400}d"
 
 
-# -- the lock fallback ------------------------------------------------------------------------------------
-def attempt_held(locks_root: Path, job_id: str) -> bool:
-    """Does a launchpad process on this machine hold the job's attempt lock (launchpad.joblock)?
-
-    Uses `JobLocks.attempt_held` when it exists (branch pgstate); until then a non-blocking shared
-    flock on ``<locks root>/<job>.attempt``, released at once (never created when absent)."""
-    from .joblock import JobLocks
-
-    held = getattr(JobLocks, "attempt_held", None)
-    if held is not None:
-        return bool(held(JobLocks(locks_root), job_id))
+# -- who drives a job ------------------------------------------------------------------------------------
+def attempt_held(locks: JobLocks, job_id: str) -> bool:
+    """Does a launchpad process hold the job's attempt lock (launchpad.joblock)? With SQLite that is a
+    process on this machine (flock); with PostgreSQL, one anywhere (advisory locks): the state's locks."""
     try:
-        fd = os.open(locks_root / f"{job_id}.attempt", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+        return bool(locks.attempt_held(job_id))
+    except (LaunchpadError, OSError) as e:  # cannot tell: assume driven (never reap on a failure to look)
+        log.warning("reap: cannot check who drives %s: %s", job_id, e)
         return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also releases our shared lock
-    return False
 
 
 # -- one pass ---------------------------------------------------------------------------------------------
@@ -287,7 +281,12 @@ class Reaper:
         self.db = db
         self.policy = policy or ReapPolicy()
         self.lifecycle = lifecycle
-        self.locks_root = locks_root or data_dir() / "locks"
+        from .joblock import JobLocks
+
+        if locks_root is not None or db is None:
+            self.locks: JobLocks = JobLocks(locks_root or data_dir() / "locks")
+        else:
+            self.locks = db.job_locks()
         self.clock = clock
         self._stores: dict[str, Any] = {}
         self._uris: dict[tuple[str, str | None], tuple[str | None, str | None]] = {}
@@ -308,13 +307,24 @@ class Reaper:
         return found, [err for _, err in results if err]
 
     # -- evidence --------------------------------------------------------------------------------------
-    def _jobs(self) -> tuple[dict[str, JobRecord], set[str], set[tuple[str, str]]]:
-        """Jobs of the state DB by id; those torn down since their last attempt; instances recorded gone."""
+    def _jobs(self, job_ids: set[str]) -> tuple[dict[str, JobRecord], set[str], set[tuple[str, str]]]:
+        """The state DB's records of the jobs whose instances were found (not every job it ever ran: the
+        pass grows with what is up, not with history); those torn down since their last attempt;
+        their instances recorded gone."""
+        from .errors import JobNotFound
+
         if self.db is None:
             return {}, set(), set()
-        jobs = {j.id: j for j in self.db.jobs()}
+        jobs = {}
+        for job_id in sorted(job_ids):
+            try:
+                record = self.db.job(job_id)
+            except JobNotFound:
+                continue
+            if record.id == job_id:  # by id only: a tag that is a prefix or a name of another job is not it
+                jobs[job_id] = record
         torn = {j for j in jobs if self.db.last_event_seq(j, "down:requested") > self.db.last_event_seq(j, "attempt")}
-        gone = {(i.provider, i.id) for i in self.db.instances() if i.state is InstanceState.TERMINATED}
+        gone = {(i.provider, i.id) for j in jobs for i in self.db.instances(j) if i.state is InstanceState.TERMINATED}
         return jobs, torn, gone
 
     def _store_uri(self, provider: Provider, instance: Instance, record: JobRecord | None) -> tuple[str | None, str | None]:
@@ -374,7 +384,7 @@ class Reaper:
                 heartbeat, state, job_doc = self._store_docs(uri, instance.job_id, record is not None)
             except LaunchpadError as e:  # an unknown scheme, a store SDK not installed here
                 uri, note = None, f"{uri}: {e}"
-        held = bool(instance.job_id) and attempt_held(self.locks_root, instance.job_id)
+        held = bool(instance.job_id) and attempt_held(self.locks, instance.job_id)
         return Evidence(record=record, torn_down=instance.job_id in torn or (instance.provider, instance.id) in gone,
                         store_uri=uri, store_note=note, job_doc=job_doc, store_state=state, heartbeat=heartbeat,
                         attempt_held=held)
@@ -382,7 +392,7 @@ class Reaper:
     def scan(self) -> tuple[list[ReapDecision], list[str]]:
         instances, errors = self._list()
         try:
-            jobs, torn, gone = self._jobs()
+            jobs, torn, gone = self._jobs({i.job_id for i in instances if i.job_id})
         except LaunchpadError as e:
             errors.append(f"state DB: {e} (classifying from the stores alone)")
             jobs, torn, gone = {}, set(), set()

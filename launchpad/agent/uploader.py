@@ -43,9 +43,22 @@ class AsyncUploader:
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="agent-uploader", daemon=True)
 
+    #: how long `start` waits for checkpoints a previous agent on this machine left in the queue
+    LEFTOVER_WAIT = 600.0
+
     def start(self) -> AsyncUploader:
+        """Start uploading. A checkpoint that an earlier agent on this machine was uploading when it died
+        (a crash, `kill -9`) is complete on disk (the hand-over comes after the trainer's save) and newer
+        than anything in the store: it is uploaded before this returns, so the trainer resumes from it
+        instead of from the one before (fewer steps lost)."""
         self.queue.mkdir(parents=True, exist_ok=True)
         self._thread.start()
+        leftovers = ready_checkpoints(self.queue)
+        if leftovers:
+            self.log(f"uploading {', '.join(p.name for _, p in leftovers)} left by the previous agent before resuming")
+            deadline = time.monotonic() + self.LEFTOVER_WAIT
+            while self.pending() and self.error is None and time.monotonic() < deadline:
+                time.sleep(0.05)
         return self
 
     def pending(self) -> int:
