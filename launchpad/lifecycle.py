@@ -91,6 +91,8 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
         self.locks = locks or JobLocks(data_dir() / "locks")
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
+        self._missed: dict[str, float] = {}
+        self._missed_said: dict[str, bool] = {}
         self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process
         self._phases_seen: dict[str, dict[str, float]] = {}  # job -> agent phase times recorded (launchpad.phases)
 
@@ -323,7 +325,7 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                     except LaunchpadError:
                         check = True  # unreachable: is the instance still there?
                 if check:
-                    state = provider.status(instance)
+                    state = self._instance_state(provider, instance)  # UNKNOWN when the provider cannot tell
                     if state in _GONE:
                         with self.locks.step(job_id):
                             if self._torn_down(job_id):
@@ -331,7 +333,10 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                             self._record_loss(job_id, instance, state)
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 if progress is None:
-                    progress = provider.progress(instance)
+                    progress = self._heartbeat(job_id, provider, instance)  # None: missed, the instance is there
+                    if progress is None:
+                        time.sleep(POLL_SECONDS)
+                        continue
                 self._record_progress(job_id, progress)
                 self.reporter.progress(job_id, progress)
                 if not progress.running:

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import BadInput, JobBusy, JobFailed, LaunchpadError, NoFeasibleOffer
-from .models import Instance, InstanceState, JobState, Offer, TeardownMode
+from .errors import AuthError, BadInput, JobBusy, JobFailed, LaunchpadError, NoFeasibleOffer, ProviderError
+from .models import Instance, InstanceState, JobProgress, JobState, Offer, TeardownMode
+from .ssh.hostkeys import HostKeyChanged
 from .state import JobOptions
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("launchpad.recovery")
 STRATEGIES = ("anywhere", "same-region", "next-region")
 MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` without --recover; the default --max-restarts
+HEARTBEAT_GIVE_UP_SECONDS = 1800.0  # a following client stops waiting for a heartbeat after this (the job runs on)
 LOSS_WINDOW_SECONDS = 3600.0  # a lost instance steers (and a reclaimed offer is skipped by) the next hour's attempts
 _LOSSES = ("preempted", "lost")
 
@@ -70,6 +72,8 @@ class RecoverySteps:
     """Mixed into `Lifecycle`, which provides what is declared here."""
 
     only_offer: str | None = None  # `resume --from --same-offer`: provision on this offer label or nowhere
+    _missed: dict[str, float]  # job -> when its heartbeat first went missing (monotonic), while it is missing
+    _missed_said: dict[str, bool]
 
     if TYPE_CHECKING:
         db: StateDB
@@ -236,6 +240,39 @@ class RecoverySteps:
         self.reporter.warn(f"{job_id}: {reason}; resuming automatically ({n + 1}/{limit}"
                            f"{', ' + options.strategy if options.recover else ''})")
         return self.resume(job_id)
+
+    # -- a missed heartbeat -----------------------------------------------------------------------------
+    def _instance_state(self, provider: Provider, instance: Instance) -> InstanceState:
+        """The provider's word on the instance; UNKNOWN when it cannot be asked right now (an SSH host
+        that does not answer): never gone on a guess, and never a reason to end a healthy run."""
+        try:
+            return provider.status(instance)
+        except (AuthError, HostKeyChanged):
+            raise
+        except ProviderError as e:
+            log.warning("%s: cannot ask for its state now: %s", instance.id, e)
+            return InstanceState.UNKNOWN
+
+    def _heartbeat(self, job_id: str, provider: Provider, instance: Instance) -> JobProgress | None:
+        """The agent's heartbeat, or None when it cannot be read now while the instance is not known to be
+        gone (a network blip): the run goes on and is asked again. Gives up after HEARTBEAT_GIVE_UP_SECONDS."""
+        try:
+            progress = provider.progress(instance)
+        except LaunchpadError as e:
+            since = self._missed.setdefault(job_id, time.monotonic())
+            if time.monotonic() - since > HEARTBEAT_GIVE_UP_SECONDS:
+                raise
+            if not self._missed_said.get(job_id):
+                self._missed_said[job_id] = True
+                self._event(job_id, "heartbeat:missed", instance=instance.id, error=str(e))
+                self.reporter.warn(f"{job_id}: no heartbeat from {instance.id} ({e}); it is not known to be gone, "
+                                   "so the run goes on: asking again")
+            return None
+        if self._missed.pop(job_id, None) is not None:
+            self._missed_said.pop(job_id, None)
+            self._event(job_id, "heartbeat:back", instance=instance.id)
+            self.reporter.info(f"{job_id}: the heartbeat of {instance.id} is back")
+        return progress
 
     # -- launchpad watch -------------------------------------------------------------------------------
     def watch_pass(self) -> list[dict[str, Any]]:
