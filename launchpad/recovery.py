@@ -298,7 +298,7 @@ class RecoverySteps:
     def _watch_one(self, job_id: str) -> dict[str, Any] | None:
         with self.locks.attempt(job_id):
             job = self.refresh(job_id)
-            if job.state.finished:
+            if job.state in (JobState.SUCCEEDED, JobState.FAILED):
                 return {"action": "finished", "detail": job.error or ""}
             if job.state is JobState.TRAINING:
                 return None  # healthy (or its instance unreachable but still there: never called gone)
