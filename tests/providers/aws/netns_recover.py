@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from netns_e2e import BUCKET, REPO, _job_of, instance_root, live_instances, only_loopback, recipe
+from netns_e2e import BUCKET, REPO, _job_of, instance_root, live_instances, only_loopback, recipe  # type: ignore[import-not-found]
 
 from launchpad.state import StateDB
 from launchpad.storage import open_store
