@@ -189,6 +189,8 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id, **sync_facts(provider))
+            # job.json: resumable from any machine (after sync: a provider's default bucket exists by then)
+            self._write_job_file(job, bundle.job_spec.checkpoint_uri or "", instance)
             if hasattr(provider, "preflight"):  # multi-node: clock skew + all-reduce probe (launchpad.preflight)
                 preflight_step(provider, instance, bundle, strict=self.strict, reporter=self.reporter,
                                event=lambda **data: self._event(job_id, "preflight", **data))
@@ -234,7 +236,6 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                                "default store; set one (s3://bucket/path)")
             spec = spec.replace(checkpoint_uri=uri)
             self.db.update_spec(spec)
-        self._write_job_file(job, spec.checkpoint_uri or "", instance)  # job.json: resumable from any machine
         env = resolve_env(spec.recipe_model(), _environ(), source=job.recipe_path or job.name)
         return Bundle(job_spec=spec, recipe_text=job.recipe_text, env=env)
 
