@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from .errors import (
@@ -37,13 +38,12 @@ from .phases import record_agent_phases, sync_facts
 from .plugins import emit_job_event
 from .preflight import preflight_step
 from .provider import Provider
+from .recovery import RecoverySteps
 from .state import JobOptions, JobRecord, StateDB
 from .teardown import TeardownSteps
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
-PREEMPTED_OFFER_BLOCK_SECONDS = 3600.0  # a reclaimed spot offer is skipped for an hour by the job's next attempts
-MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` before giving the job back to the user
 _GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)
 
 
@@ -76,7 +76,7 @@ def new_job_id(name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
 
 
-class Lifecycle(TeardownSteps, StatusRows):
+class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
     strict = False  # `up --strict` / `resume --strict`: a preflight warning fails the job before training
 
     def __init__(self, db: StateDB, providers: Mapping[str, Provider], unavailable: Mapping[str, str] | None = None,
@@ -89,6 +89,8 @@ class Lifecycle(TeardownSteps, StatusRows):
         self.locks = locks or db.job_locks()  # flock files, or advisory locks with PostgreSQL
         self._provider_factory = provider_factory
         self._auto_resumes: dict[str, int] = {}
+        self._missed: dict[str, float] = {}
+        self._missed_said: dict[str, bool] = {}
         self._attempt_start: dict[str, int] = {}  # job -> seq of its "attempt" event in this process
         self._phases_seen: dict[str, dict[str, float]] = {}  # job -> agent phase times recorded (launchpad.phases)
 
@@ -99,6 +101,7 @@ class Lifecycle(TeardownSteps, StatusRows):
 
     def _transition(self, job_id: str, state: JobState, **data: Any) -> None:
         self.db.set_state(job_id, state, **data)
+        self._write_state_file(job_id, state, data)  # state.json beside the checkpoints, best effort
         emit_job_event({"id": job_id, "state": state.value}, {"kind": f"state:{state.value}", "data": data})
 
     def provider(self, name: str) -> Provider:
@@ -128,7 +131,7 @@ class Lifecycle(TeardownSteps, StatusRows):
 
     # -- submit / run ----------------------------------------------------------------------------------
     def submit(self, recipe, recipe_text: str, *, provider: str | None = None, max_steps: int | None = None,
-               minimize: str = "cost") -> str:
+               minimize: str = "cost", options: JobOptions | None = None) -> str:
         """Check the environment the recipe names and plan (before creating anything), then record a
         PENDING job. Returns its id."""
         from .recipe import resolve_env
@@ -139,7 +142,8 @@ class Lifecycle(TeardownSteps, StatusRows):
         # a custom DeepSpeed JSON lives on the client: the spec carries its content, not its path
         spec = JobSpec.from_recipe(job_id, recipe, max_steps=max_steps, deepspeed_config=_deepspeed_config(recipe))
         self.db.create_job(recipe.name, getattr(recipe, "source_path", None), spec, recipe_text,
-                           JobOptions(only_provider=provider, minimize=minimize))
+                           replace(options or JobOptions(), only_provider=provider, minimize=minimize))
+        self.arm_recovery(job_id, self.db.job(job_id).options)
         self.db.update_job(job_id, plan_json=plan_json(planned))
         return job_id
 
@@ -183,6 +187,8 @@ class Lifecycle(TeardownSteps, StatusRows):
             provider.transfer_progress = self.reporter.transfer  # an upload bar, where the reporter draws one
             provider.sync(instance, bundle)
             self._event(job_id, "synced", instance=instance.id, **sync_facts(provider))
+            # job.json: resumable from any machine (after sync: a provider's default bucket exists by then)
+            self._write_job_file(job, bundle.job_spec.checkpoint_uri or "", instance)
             if hasattr(provider, "preflight"):  # multi-node: clock skew + all-reduce probe (launchpad.preflight)
                 preflight_step(provider, instance, bundle, strict=self.strict, reporter=self.reporter,
                                event=lambda **data: self._event(job_id, "preflight", **data))
@@ -244,7 +250,7 @@ class Lifecycle(TeardownSteps, StatusRows):
                                     hint=f"fix the provider's config, or `launchpad down {job_id}`, then resume")
             self.db.set_instance_state(inst, state)
         recipe = job.spec.recipe_model()
-        planned = self.plan(recipe, provider=job.options.only_provider, minimize=job.options.minimize)
+        planned = self._restrict_plan(self.plan(recipe, provider=job.options.only_provider, minimize=job.options.minimize))
         self.db.update_job(job_id, plan_json=plan_json(planned))
         best = planned.ranked[0]
         self.reporter.info(f"plan: {len(planned.ranked)} feasible offer(s); best {best.offer.label} at "
@@ -256,10 +262,8 @@ class Lifecycle(TeardownSteps, StatusRows):
         if attempts and not any(e["kind"].startswith("provision:") and e["kind"] != "provision:attempt"
                                 and e["seq"] > attempts[-1]["seq"] for e in events):
             pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
-        # an offer that was just reclaimed (spot) is not tried again right away: the job moves on
-        recent = time.time() - PREEMPTED_OFFER_BLOCK_SECONDS
-        reclaimed = {e["data"].get("offer") for e in events if e["kind"] == "preempted" and e["ts"] > recent}
-        blocked: list[Callable[[Offer], bool]] = [lambda o: o.label in reclaimed]
+        # a just reclaimed offer is not tried again right away, and a lost instance steers the job by its strategy
+        blocked: list[Callable[[Offer], bool]] = self._recovery_blockers(job_id, events)
         failures = []
         for ranked in planned.ranked:
             offer = ranked.offer
@@ -320,18 +324,18 @@ class Lifecycle(TeardownSteps, StatusRows):
                     except LaunchpadError:
                         check = True  # unreachable: is the instance still there?
                 if check:
-                    state = provider.status(instance)
+                    state = self._instance_state(provider, instance)  # UNKNOWN when the provider cannot tell
                     if state in _GONE:
                         with self.locks.step(job_id):
                             if self._torn_down(job_id):
                                 continue  # not a preemption: `down` did it (raised at the loop's top)
-                            self.db.set_instance_state(instance, state)
-                            if state is InstanceState.PREEMPTED and instance.offer is not None:
-                                self._event(job_id, "preempted", instance=instance.id, offer=instance.offer.label)
-                            self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} was {state.value}")
+                            self._record_loss(job_id, instance, state)
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 if progress is None:
-                    progress = provider.progress(instance)
+                    progress = self._heartbeat(job_id, provider, instance)  # None: missed, the instance is there
+                    if progress is None:
+                        time.sleep(POLL_SECONDS)
+                        continue
                 self._record_progress(job_id, progress)
                 self.reporter.progress(job_id, progress)
                 if not progress.running:
@@ -349,16 +353,6 @@ class Lifecycle(TeardownSteps, StatusRows):
             if owned:
                 self._attempt_start.pop(job_id, None)
 
-    def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> JobRecord:
-        """Keep the job alive through a preemption: resume on the next offer, a bounded number of times."""
-        n = self._auto_resumes.get(job_id, 0)
-        if n >= MAX_AUTO_RESUMES:
-            raise error or JobFailed(f"{job_id}: {reason}; gave up after {n} automatic resumes; `launchpad resume {job_id}`")
-        self._auto_resumes[job_id] = n + 1
-        self._event(job_id, "auto-resume", reason=reason, attempt=n + 1)
-        self.reporter.warn(f"{job_id}: {reason}; resuming automatically ({n + 1}/{MAX_AUTO_RESUMES})")
-        return self.resume(job_id)
-
     def refresh(self, job_id: str) -> JobRecord:
         """Reconcile a TRAINING job whose trainer may have ended while nobody watched (`up --detach`)."""
         job = self.db.job(job_id)
@@ -373,8 +367,7 @@ class Lifecycle(TeardownSteps, StatusRows):
         if state is InstanceState.UNKNOWN:
             return job  # cannot tell: never call it gone (it may still bill); status shows "unknown"
         if state in _GONE:
-            self.db.set_instance_state(instance, state)
-            self._transition(job_id, JobState.INTERRUPTED, error=f"instance {instance.id} is gone (preempted?)")
+            self._record_loss(job_id, instance, state)
             return self.db.job(job_id)
         progress = provider.progress(instance)
         self._record_progress(job_id, progress)
@@ -415,9 +408,10 @@ class Lifecycle(TeardownSteps, StatusRows):
         self._teardown_instance(instance)
         self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
         resume_hint = f"`launchpad resume {job_id}` continues from the newest complete checkpoint"
-        if p.phase == "interrupted":
+        if p.phase == "interrupted":  # the agent saved on a spot notice: the machine is being reclaimed
             reason = p.error or "interrupted on the instance"
-            self._transition(job_id, JobState.INTERRUPTED, error=reason)
+            self._loss_event(job_id, instance, "preempted")
+            self._transition(job_id, JobState.INTERRUPTED, error=reason, lost=True)
             raise JobFailed(f"{job_id}: {reason}; {resume_hint}", exit_code_of_trainer=p.exit_code, log_tail=tail)
         # A full disk is the cause even when the trainer had to be stopped by a signal to report it: the
         # job failed (a resume on the same disk would fail again), it was not interrupted.

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,9 @@ class JobOptions:
 
     only_provider: str | None = None
     minimize: str = "cost"
+    recover: bool = False  # `--recover`: watched after training starts and recovered when its instance is lost
+    max_restarts: int = 3  # `--max-restarts`: recoveries allowed (counted since the last `up`/`resume --recover`)
+    strategy: str = "anywhere"  # `--strategy`: where a recovery may go (see launchpad.recovery)
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ class StateDB:
             " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (spec.job_id, name, JobState.PENDING.value, recipe_path, json.dumps(dict(spec.recipe)),
              json.dumps(spec.to_json()), recipe_text,
-             json.dumps({"only_provider": options.only_provider, "minimize": options.minimize}), now, now),
+             json.dumps(asdict(options)), now, now),
         )
         self.add_event(spec.job_id, "created", {"recipe": recipe_path})
 
@@ -428,7 +431,8 @@ def _job_record(row: Any) -> JobRecord:
     return JobRecord(
         id=d["id"], name=d["name"], state=state, spec=spec,
         recipe_text=d.get("recipe_text") or spec_data.get("recipe_text") or "",
-        options=JobOptions(only_provider=options.get("only_provider"), minimize=options.get("minimize") or "cost"),
+        options=JobOptions(only_provider=options.get("only_provider"), minimize=options.get("minimize") or "cost",
+                           **{k: options[k] for k in ("recover", "max_restarts", "strategy") if k in options}),
         provider=d.get("provider"), recipe_path=d.get("recipe_path"), plan=plan, step=d.get("step") or 0,
         total_steps=d.get("total_steps"), loss=d.get("loss"), last_checkpoint=d.get("last_checkpoint"),
         cost_usd=d.get("cost_usd") or 0.0, error=d.get("error"), created_at=d["created_at"], updated_at=d["updated_at"],

@@ -106,7 +106,7 @@ class TeardownSteps:
                     known[(inst.provider, inst.id)] = inst
             gone, left = self._teardown_all(known.values())
             if not self.db.job(job.id).state.finished:
-                self._transition(job.id, JobState.INTERRUPTED, error="torn down by `launchpad down`")
+                self._transition(job.id, JobState.INTERRUPTED, error="torn down by `launchpad down`", by="down")
         if left:
             raise TeardownIncomplete(_incomplete(left, f"launchpad down {job.id}"), gone=gone, left=left)
         return gone

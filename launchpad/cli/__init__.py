@@ -94,6 +94,18 @@ def check(as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
+def _recovery_flags(fn):
+    """`--recover`, `--max-restarts`, `--strategy` (launchpad.recovery), checked by hand: one line, exit 2."""
+    fn = click.option("--strategy", default=None, metavar="same-region|next-region|anywhere",
+                      help="Where a recovery may go: the lost instance's region only, any other region, or any "
+                           "offer but the reclaimed one (default). Implies --recover.")(fn)
+    fn = click.option("--max-restarts", type=int, default=None, metavar="N",
+                      help="Recoveries allowed (default 3). Implies --recover.")(fn)
+    return click.option("--recover", is_flag=True,
+                        help="Keep watching after training starts; when the instance is preempted or vanishes, "
+                             "re-plan and resume from the newest checkpoint (`launchpad watch` does it for --detach).")(fn)
+
+
 @cli.command()
 @click.argument("recipe", type=click.Path(dir_okay=True))
 @click.option("--provider", default=None, help="Only consider this provider (same as resources.providers: [NAME]).")
@@ -103,18 +115,23 @@ def check(as_json: bool) -> None:
 @click.option("--strict", is_flag=True,
               help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
                    "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
+@_recovery_flags
 @json_option
-def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, strict: bool, as_json: bool) -> None:
+def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, strict: bool, recover: bool,
+       max_restarts: int | None, strategy: str | None, as_json: bool) -> None:
     """Plan, provision, sync, train and checkpoint a recipe; tear down when done."""
     from pathlib import Path
 
+    from ..recovery import recovery_options
+    from ..state import JobOptions
     from ._run import open_lifecycle, run_reported
 
+    options = recovery_options(JobOptions(), recover, max_restarts, strategy)  # bad input before anything else
     r = _load(recipe)  # validation first: a bad recipe never reaches a provider
     text = Path(recipe).read_text(encoding="utf-8")
     lc = open_lifecycle(as_json, only=None)
     lc.strict = strict
-    job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize)
+    job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize, options=options)
     if not as_json:
         console().print(f"[bold]job[/] {esc(job_id)}")
     job = run_reported(lc, as_json, lambda: lc.run(job_id, detach=detach))
@@ -122,19 +139,40 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
 
 
 @cli.command()
-@click.argument("job")
+@click.argument("job", required=False)
+@click.option("--from", "from_uri", default=None, metavar="URI",
+              help="Resume the job in this store folder (s3://, gs://, az://, file://.../JOB) from any machine: "
+                   "its job.json is imported into the local state first.")
+@click.option("--same-offer", is_flag=True, help="With --from: provision on the offer the job last ran on, or fail.")
 @click.option("--detach", "-d", is_flag=True, help="Return once training has restarted.")
 @click.option("--strict", is_flag=True,
               help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
                    "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
+@_recovery_flags
 @json_option
-def resume(job: str, detach: bool, strict: bool, as_json: bool) -> None:
+def resume(job: str | None, from_uri: str | None, same_offer: bool, detach: bool, strict: bool, recover: bool,
+           max_restarts: int | None, strategy: str | None, as_json: bool) -> None:
     """Continue a job after a preemption, a crash or Ctrl-C, from its newest complete checkpoint."""
+    from ..errors import BadInput
+    from ..recovery import check_recovery_options, recovery_options
     from ._run import open_lifecycle, run_reported
 
+    check_recovery_options(max_restarts, strategy)
+    if bool(job) == bool(from_uri):
+        raise BadInput("resume: give a JOB (known here) or --from URI (its store folder), not both or neither; "
+                       "e.g. `launchpad resume --from s3://bucket/checkpoints/JOB`")
+    if same_offer and not from_uri:
+        raise BadInput("--same-offer: only with --from URI; drop --same-offer, or give the job's folder with --from")
     lc = open_lifecycle(as_json)
     lc.strict = strict
-    result = run_reported(lc, as_json, lambda: lc.resume(job, detach=detach))
+    job_id = lc.import_from(from_uri) if from_uri else lc.db.job(job or "").id
+    if same_offer:
+        lc.only_offer = lc.recorded_offer(job_id)
+        if not lc.only_offer:
+            raise BadInput(f"--same-offer: {job_id} has no recorded offer (it never provisioned); drop --same-offer")
+    if recover or max_restarts is not None or strategy is not None:
+        lc.arm_recovery(job_id, recovery_options(lc.options(job_id), recover, max_restarts, strategy))
+    result = run_reported(lc, as_json, lambda: lc.resume(job_id, detach=detach))
     _print_outcome(result, as_json, detach)
 
 
@@ -269,6 +307,9 @@ def _add_optional_commands() -> None:
 
     cli.add_command(export)
     cli.add_command(reap)
+    from .watch_cmd import watch
+
+    cli.add_command(watch)
 
 
 _add_optional_commands()
