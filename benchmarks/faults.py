@@ -71,6 +71,8 @@ class Run:
     kill_to_training_s: float | None = None
     final_state: str = ""
     final_step: int = 0
+    stopped_by_agent: bool = False  # `detached`: the agent stopped its own machine (autostop via the API)
+    other_reap: list[str] = field(default_factory=list)  # `detached`: what a reap from another machine saw
     notes: list[str] = field(default_factory=list)
 
 
@@ -280,6 +282,8 @@ class Harness:
             self.cli("reap", "--json")  # a second pass: what the first could not yet tell (e.g. a finished job)
         end: dict[str, Any] = self.job_facts(run.job) if run.job else {"state": "", "step": 0}
         run.final_state, run.final_step = end["state"], end["step"]
+        if point == "detached":  # this client never looked again: the store says how far the agent got
+            run.final_step = max(self.complete_steps(run.job) or {0})
         run.left_at_end = len(self.cloud.instances(RUNNING, run.job)) if run.job else 0
         stopped = len(self.cloud.instances(["stopped"], run.job)) if run.job else 0
         if stopped:
@@ -317,10 +321,10 @@ class Harness:
             rows = [r for r in json.loads(seen.stdout or "[]") if r.get("job") == run.job]
         except ValueError:
             rows = []
-        run.notes.append("other machine's reap: " + ", ".join(f"{r.get('class')}->{r.get('action')}" for r in rows))
+        run.other_reap = [f"{r.get('class')}: {r.get('reason')} -> {r.get('action')}" for r in rows]
+        run.notes.append("other machine's reap: " + "; ".join(run.other_reap))
+        run.stopped_by_agent = bool(self.cloud.instances(["stopped"], run.job))
         run.steps_lost = 0
-        done = max(self.complete_steps(run.job) or {0})
-        run.final_step = done
 
 
 def baseline(h: Harness) -> float:

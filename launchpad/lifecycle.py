@@ -262,10 +262,11 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
         if attempts and not any(e["kind"].startswith("provision:") and e["kind"] != "provision:attempt"
                                 and e["seq"] > attempts[-1]["seq"] for e in events):
             pending_token = attempts[-1]["data"]  # an attempt that never reported back: same token, same instance
-        # a just reclaimed offer is not tried again right away, and a lost instance steers the job by its strategy
+        # a just reclaimed offer is tried last, and a lost instance steers the job by its strategy
         blocked: list[Callable[[Offer], bool]] = self._recovery_blockers(job_id, events)
+        reclaimed = self._reclaimed_offers(events)
         failures = []
-        for ranked in planned.ranked:
+        for ranked in sorted(planned.ranked, key=lambda r: r.offer.label in reclaimed):
             offer = ranked.offer
             if any(b(offer) for b in blocked):
                 continue

@@ -137,7 +137,9 @@ class RecoverySteps:
                 write_state(open_store(job.spec.checkpoint_uri), job_id, state.value,
                             **{"error": job.error, **{k: v for k, v in data.items() if k in ("error", "by", "checkpoint")}})
         except Exception as e:  # a hint for other machines, never worth failing a transition for
-            log.warning("%s: cannot write state.json: %s", job_id, e)
+            # a failed job's own error comes first; the store being gone is usually why it failed
+            log.log(logging.INFO if state is JobState.FAILED else logging.WARNING,
+                    "%s: cannot write state.json: %s", job_id, e)
 
     # -- resume --from ---------------------------------------------------------------------------------
     def import_from(self, uri: str) -> str:
@@ -213,8 +215,7 @@ class RecoverySteps:
     def _recovery_blockers(self, job_id: str, events: list[dict[str, Any]]) -> list[Callable[[Offer], bool]]:
         """What the job's recent losses rule out for its next attempt, by its strategy."""
         recent = [e for e in events if e["kind"] in _LOSSES and e["ts"] > time.time() - LOSS_WINDOW_SECONDS]
-        reclaimed = {e["data"].get("offer") for e in recent if e["kind"] == "preempted"}
-        blocked: list[Callable[[Offer], bool]] = [lambda o: o.label in reclaimed]
+        blocked: list[Callable[[Offer], bool]] = []
         options = self.options(job_id)
         where = [(e["data"].get("provider"), e["data"].get("region")) for e in recent if e["data"].get("region")]
         if options.recover and where and options.strategy == "same-region":
@@ -224,6 +225,12 @@ class RecoverySteps:
             lost = set(where)
             blocked.append(lambda o: (o.provider, o.region) in lost)
         return blocked
+
+    def _reclaimed_offers(self, events: list[dict[str, Any]]) -> set[str]:
+        """Offers that reclaimed the job recently: tried last (never skipped, when nothing else fits it
+        is still the best place to go, as on a one-offer provider)."""
+        recent = [e for e in events if e["kind"] == "preempted" and e["ts"] > time.time() - LOSS_WINDOW_SECONDS]
+        return {e["data"].get("offer") for e in recent}
 
     def _auto_resume(self, job_id: str, reason: str, error: JobFailed | None = None) -> JobRecord:
         """Keep the job alive through a lost instance: resume on an offer its strategy allows, a bounded

@@ -34,8 +34,8 @@ def _offer(region: str, itype: str = "g5.xlarge", spot: bool = False) -> Offer:
 
 
 @pytest.mark.parametrize("strategy, allowed", [
-    ("anywhere", {"us-east-1 other", "us-west-2", "eu-west-1"}),
-    ("same-region", {"us-east-1 other"}),
+    ("anywhere", {"us-east-1 reclaimed", "us-east-1 other", "us-west-2", "eu-west-1"}),
+    ("same-region", {"us-east-1 reclaimed", "us-east-1 other"}),
     ("next-region", {"us-west-2", "eu-west-1"}),
 ])
 def test_each_strategy_rules_out_what_it_should(launchpad_home, strategy, allowed):
@@ -50,6 +50,7 @@ def test_each_strategy_rules_out_what_it_should(launchpad_home, strategy, allowe
     offers = {"us-east-1 reclaimed": lost, "us-east-1 other": _offer("us-east-1", "g5.2xlarge"),
               "us-west-2": _offer("us-west-2"), "eu-west-1": _offer("eu-west-1")}
     assert {name for name, o in offers.items() if not any(b(o) for b in blocked)} == allowed
+    assert lc._reclaimed_offers(list(db.events("job-1"))) == {lost.label}  # tried last, never skipped
     assert lc.options("job-1").strategy == strategy and lc.restarts_used("job-1") == 0
     db.add_event("job-1", "auto-resume", {})
     assert lc.restarts_used("job-1") == 1

@@ -161,3 +161,6 @@ def test_kill_at_a_point_then_reap_and_resume_leaves_nothing_running(point, tmp_
     assert not run.resumed_incomplete, run
     assert run.steps_lost is None or run.steps_lost <= 10, run
     assert run.final_state == "SUCCEEDED" or point in ("provision", "sync", "detached") or not run.reached_training, run
+    if point == "detached":  # the client never came back: the agent finished, uploaded and stopped its machine,
+        assert run.final_step == 30 and run.stopped_by_agent, run  # and a reap from another machine says so
+        assert run.other_reap and "the agent's heartbeat says done at step 30" in run.other_reap[0], run
