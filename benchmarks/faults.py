@@ -9,8 +9,9 @@ Kill points, in turn (the delay after the point is drawn at random, seeded):
                    its return and the state recording the instance)
     sync           the client, 0-4 s into syncing (wheel, job files, environment set-up, agent start)
     training       the client, 0-6 s after the trainer started (the agent trains on without it)
-    upload         the client AND the instance's agent + trainer (a crashed machine), the moment the trainer
-                   has handed a checkpoint over and the agent is uploading it
+    upload         the client AND the instance's agent + trainer (a crashed machine that comes back), the
+                   moment the trainer has handed a checkpoint over and the agent is uploading it: that
+                   checkpoint is only on the machine's disk (the resume uploads it before the teardown)
     teardown       the client, as it begins tearing the finished job's instance down (before the terminate
                    call) or right after the call returned (before the job is recorded SUCCEEDED), at random;
                    moto terminates at once, so a delay would land after the teardown
@@ -52,6 +53,7 @@ sys.path[:0] = [str(REPO)]
 POINTS = ("provision", "sync", "training", "upload", "teardown", "detached")
 KILL_AT = {"provision": ("provision:attempt", 0.6), "sync": ("state:SYNCING", 4.0),
            "training": ("state:TRAINING", 6.0), "teardown": ("teardown:start|teardown:done", 0.0)}
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 LIVE = ["pending", "running", "stopping", "stopped"]
 RUNNING = ["pending", "running", "stopping"]  # billing compute; a stopped instance bills its disk only
 
@@ -152,7 +154,7 @@ def write_home(cloud: Cloud, home: Path, work: Path) -> None:
     (home / "config.yaml").write_text(yaml.safe_dump({"providers": {"aws": settings}}))
 
 
-def write_recipe(work: Path, steps: int, every: int) -> Path:
+def write_recipe(work: Path, steps: int, every: int, idle_minutes: float = 1, name: str = "faults") -> Path:
     import yaml
 
     recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
@@ -160,8 +162,8 @@ def write_recipe(work: Path, steps: int, every: int) -> Path:
     recipe.update(name="faults", max_steps=steps)
     recipe["checkpoint"] = {"every_steps": every, "keep": 3}
     recipe["resources"] = {"regions": ["us-east-1"]}
-    recipe["autostop"] = {"idle_minutes": 1, "action": "stop"}
-    path = work / "faults.yaml"
+    recipe["autostop"] = {"idle_minutes": idle_minutes, "action": "stop"}
+    path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return path
 
@@ -170,6 +172,8 @@ class Harness:
     def __init__(self, cloud: Cloud, base: Path, recipe: Path, every: int, steps: int):
         self.cloud, self.base, self.recipe, self.every, self.steps = cloud, base, recipe, every, steps
         self.home = base / "home"
+        # the detached run waits for the agent's own autostop: a short idle window, same job otherwise
+        self.detached_recipe = write_recipe(recipe.parent, steps, every, idle_minutes=0.15, name="faults-detached")
         self.env = {**os.environ, "LAUNCHPAD_HOME": str(self.home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200",
                     "LAUNCHPAD_STORE_HEARTBEAT_SECONDS": "2"}
 
@@ -195,6 +199,15 @@ class Harness:
             rec = db.job(job)
             kinds = [e["kind"] for e in db.events(job)]
             return {"state": rec.state.value, "step": rec.step, "trained": "state:TRAINING" in kinds}
+        finally:
+            db.close()
+
+    def events(self, job: str) -> list[dict[str, Any]]:
+        from launchpad.state import StateDB
+
+        db = StateDB(self.home / "state.db")
+        try:
+            return list(db.events(job))
         finally:
             db.close()
 
@@ -228,7 +241,10 @@ class Harness:
             at, span = KILL_AT[point]
             at = rng.choice(at.split("|"))
             env.update(install_kill_hook(self.base / "site", at, rng.uniform(0, span), log))
-        args = ["up", str(self.recipe), "--provider", "aws", "--json"] + (["--detach"] if point == "detached" else [])
+        if point == "detached":
+            args = ["up", str(self.detached_recipe), "--provider", "aws", "--json", "--detach"]
+        else:
+            args = ["up", str(self.recipe), "--provider", "aws", "--json"]
         up = subprocess.Popen([sys.executable, "-m", "launchpad", *args], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
         kill_ts = None
@@ -256,9 +272,10 @@ class Harness:
         if point == "detached":  # the client never comes back: the agent finishes on its own
             self._wait_for_agent(run)
         elif run.reached_training and not self.job_facts(run.job)["state"] == "SUCCEEDED":
-            before = self.complete_steps(run.job)
             res = self.cli("resume", run.job, "--detach", "--json")
             run.kill_to_training_s = time.time() - kill_ts
+            if self.job_facts(run.job)["state"] in FINISHED:  # it only had its teardown left: no training again
+                run.kill_to_training_s = None
             if res.returncode != 0:
                 run.notes.append(f"resume --detach exited {res.returncode}: {res.stderr.strip()[-300:]}")
             status, deadline = {}, time.monotonic() + 120
@@ -266,10 +283,17 @@ class Harness:
                 status = self.trainer_status(run.job, newer_than=kill_ts)  # not the killed trainer's
                 if status.get("resumed_from") or (status.get("step") or 0) > 0 or status.get("phase") == "done":
                     break
+                if self.job_facts(run.job)["state"] in FINISHED:  # nothing to train again (killed in teardown)
+                    break
                 time.sleep(0.2)
             resumed = (status.get("resumed_from") or {}).get("step")
             run.resumed_from = resumed
-            run.resumed_incomplete = resumed is not None and resumed not in before
+            # complete = its manifest verifies against the objects present (read now: the trainer has just
+            # resumed from it; one the resume salvaged from the crashed machine's disk counts once uploaded)
+            run.resumed_incomplete = resumed is not None and resumed not in self.complete_steps(run.job)
+            salvaged = [e["data"].get("step") for e in self.events(run.job) if e["kind"] == "salvaged"]
+            if salvaged:
+                run.notes.append(f"uploaded checkpoint-{salvaged[-1]} from the crashed machine's disk first")
             if point == "upload" and run.step_at_kill is not None:
                 run.steps_lost = max(0, run.step_at_kill - (resumed or 0))
                 run.notes.append(f"crashed at step {run.step_at_kill}, resumed from {resumed}")

@@ -406,6 +406,8 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
             self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
             return self.db.job(job_id)
         tail = self._log_tail(instance)
+        if p.exit_code is not None and p.exit_code < 0:
+            self._salvage(job_id, instance)  # the agent died with it: its unsent checkpoint is on that disk
         self._teardown_instance(instance)
         self.db.update_job(job_id, cost_usd=self.db.cost_so_far(job_id))
         resume_hint = f"`launchpad resume {job_id}` continues from the newest complete checkpoint"

@@ -143,6 +143,14 @@ class Provider(ABC):
         Default: raises NotImplementedError (then the provider overrides `checkpoint`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot look up checkpoints")
 
+    def salvage(self, instance: Instance) -> list[CheckpointRef]:
+        """Before a reachable instance whose agent died (a crash, `kill -9`) is torn down: upload the
+        complete checkpoints that agent had been handed and not yet uploaded (the only copy is on the
+        instance's disk), so a resume continues from them rather than from the one before. Returns what
+        was uploaded. Idempotent; does nothing while an agent runs there (it uploads them itself).
+        Default: nothing is kept on instances, so nothing to salvage."""
+        return []
+
     @abstractmethod
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
         """Stop or terminate. Idempotent and silent if the instance is already gone. Raises

@@ -10,6 +10,8 @@
 - An instance that can no longer be reached or named (its host was renamed, its provider is gone) is
   UNKNOWN, not TERMINATED: `down` says so and exits 1, and a later `down` tries again.
 - `down --all` works without a readable state DB: `down_all_by_tag` finds instances by their tag.
+- An instance whose agent died (a crash, `kill -9`) may hold the only copy of the newest checkpoint, in
+  the agent's upload queue: the lifecycle salvages it (`_salvage`) before tearing that instance down.
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ class TeardownSteps:
         self._best_effort(self.db.record_instance, instance)  # known even if found by tag only
         self._best_effort(self.db.set_instance_state, instance, state)
         self._best_effort(self._event, instance.job_id, "teardown:done", instance=instance.id)
+
+    def _salvage(self, job_id: str, instance: Instance) -> None:
+        """Before tearing down a reachable instance whose agent died: upload the checkpoints it had not
+        (provider.salvage). Best effort: a failure never keeps a machine billing; a resume then starts
+        from the newest checkpoint the store has."""
+        try:
+            saved = self.provider(instance.provider).salvage(instance)
+        except Exception as e:  # noqa: BLE001 - unreachable, store refused, ...: the teardown goes on
+            self.reporter.warn(f"{job_id}: could not upload the checkpoints left on {instance.id}: {e}")
+            return
+        for ref in saved:
+            self._best_effort(self._event, job_id, "salvaged", instance=instance.id, checkpoint=ref.uri, step=ref.step)
+            self._best_effort(self.db.update_job, job_id, last_checkpoint=ref.uri)
+            self.reporter.info(f"uploaded {ref.uri.rsplit('/', 1)[-1]}, left on {instance.id} by its crashed agent")
 
     def _teardown_all(self, instances: Iterable[Instance]) -> tuple[list[str], list[str]]:
         """Every instance, each independently: (torn down, still up with the reason)."""

@@ -420,6 +420,10 @@ class VMProvider(MultiNodePreflight, Provider):
         out = self._helper(instance, "latest", self.workdir(instance))
         return CheckpointRef(**out) if out else None
 
+    def salvage(self, instance: Instance) -> list[CheckpointRef]:
+        out = self._helper(instance, "salvage", self.workdir(instance), timeout=900) or {}
+        return [CheckpointRef(**r) for r in out.get("uploaded", [])]
+
     def _remote_spec(self, instance: Instance) -> JobSpec | None:
         """The job.json sync wrote on the instance, or None (not synced yet, or unreadable)."""
         from .errors import BadInput

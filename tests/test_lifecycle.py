@@ -143,6 +143,51 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(run_cli, launchpad_hom
     assert "step 120/120" in second_run
 
 
+def test_a_crashed_machine_s_unsent_checkpoint_is_uploaded_before_teardown_and_resumed_from(
+        run_cli, launchpad_home, tmp_path):
+    """The client, the agent and the trainer all die (a crash) while the agent holds a complete
+    checkpoint in its upload queue: `resume` uploads it before tearing the machine down, and trains on
+    from it rather than from the one before."""
+    import shutil
+
+    from launchpad.storage.checkpoints import list_checkpoints
+    from launchpad.testing_faults import processes_naming
+
+    recipe = make_recipe(tmp_path, "crash", max_steps=60, checkpoint={"every_steps": 20, "keep": 3})
+    up = popen_cli(launchpad_home, "up", str(recipe))
+    store_root = launchpad_home / "checkpoints"
+    wait_for(lambda: list(store_root.glob("crash-*/checkpoint-*/MANIFEST.json")), what="the first checkpoint")
+    up.kill()
+    up.communicate(timeout=30)
+    (workdir,) = instance_dirs(launchpad_home)
+    for pid in processes_naming(workdir):  # everything on the "machine" dies at once
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not processes_naming(workdir), timeout=15, what="the agent and trainer to die")
+    (job_dir,) = store_root.glob("crash-*")  # not `status`: it would reconcile (and tear down) the job now
+    job = {"id": job_dir.name}
+    store = open_store(store_root.as_uri())
+    newest = list_checkpoints(store, job["id"])[-1]
+    # What the agent was handed and had not uploaded when it died: the newest checkpoint is only on the
+    # machine's disk, in the queue (without the manifest the upload writes last), not in the store.
+    queued = workdir / "upload-queue" / newest.name
+    shutil.rmtree(queued, ignore_errors=True)
+    shutil.move(str(store_root / job["id"] / newest.name), str(queued))
+    (queued / "MANIFEST.json").unlink()
+    before = [r.step for r in list_checkpoints(store, job["id"])]
+    assert newest.step not in before
+
+    proc = run_cli("resume", job["id"], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"uploaded {newest.name}, left on" in proc.stdout, proc.stdout
+    assert f"resuming {job['id']} from {newest.name}" in run_cli("logs", job["id"], check=True).stdout
+    final = status(run_cli, job["id"])
+    assert final["state"] == "SUCCEEDED" and final["step"] == 60
+    from launchpad.state import StateDB
+
+    kinds = [e["kind"] for e in StateDB(launchpad_home / "state.db").events(job["id"])]
+    assert "salvaged" in kinds and kinds.index("salvaged") < kinds.index("teardown:start")
+
+
 def test_ctrl_c_leaves_a_resumable_job_and_nothing_running(run_cli, launchpad_home, tmp_path):
     recipe = make_recipe(tmp_path, "ctrlc", max_steps=100000, checkpoint={"every_steps": 10, "keep": 2})
     up = popen_cli(launchpad_home, "up", str(recipe))

@@ -198,3 +198,54 @@ def test_classification_order_of_the_evidence():
     # idle, but inside its window: kept
     d = classify(inst, Evidence(job_doc={}, heartbeat={**idle, "idle_since": now - 60}), ReapPolicy(), now)
     assert d.klass is ReapClass.ACTIVE and d.action == "keep"
+
+
+def _bundle(db: StateDB, job_id: str):
+    from launchpad.models import Bundle
+
+    return Bundle(job_spec=db.job(job_id).spec, recipe_text="name: r\nbase_model: x\n")
+
+
+def _queue_checkpoint(inst, step: int) -> None:
+    """A complete hand-over the agent had not uploaded when it died (launchpad.agent.uploader)."""
+    folder = Path(inst.data["workdir"]) / "upload-queue" / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "adapter_model.safetensors").write_bytes(b"w" * 1000)
+    (folder / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+
+
+def test_an_orphan_s_unsent_checkpoint_is_uploaded_before_it_is_terminated(local):
+    from launchpad.storage.checkpoints import latest_checkpoint
+
+    db = StateDB.open()
+    _db_job(db, local, "crashed", JobState.TRAINING)
+    db.update_job("crashed", step=25)
+    inst, proc = _instance(local, "crashed")
+    local.sync(inst, _bundle(db, "crashed"))
+    _queue_checkpoint(inst, 20)
+    proc.kill()  # the agent died (its machine crashed and came back): nobody uploads checkpoint-20
+    proc.wait()
+    _beat(local, "crashed", step=25)
+    an_hour_later = lambda: time.time() + 3600  # noqa: E731 - its last heartbeat is an hour old by then
+    report = Reaper({"local": local}, db, ReapPolicy(), lifecycle=Lifecycle(db, {"local": local}),
+                    clock=an_hour_later).run()
+    (d,) = [d for d in report.decisions if d.instance.job_id == "crashed"]
+    assert d.klass is ReapClass.ORPHAN and d.salvage_first and d.ok, d
+    assert "uploaded checkpoint-20 left on it" in d.result and d.result.endswith("terminated"), d.result
+    ref = latest_checkpoint(_store(local), "crashed")
+    assert ref is not None and ref.step == 20
+    assert not Path(inst.data["workdir"]).exists()
+
+
+def test_salvage_leaves_a_live_agent_s_queue_alone(local):
+    db = StateDB.open()
+    _db_job(db, local, "alive", JobState.TRAINING)
+    inst, proc = _instance(local, "alive")  # a live process holds agent.pid
+    local.sync(inst, _bundle(db, "alive"))
+    _queue_checkpoint(inst, 10)
+    assert local.salvage(inst) == []
+    assert (Path(inst.data["workdir"]) / "upload-queue" / "checkpoint-10").is_dir()
+    proc.kill()
+    proc.wait()
+    (ref,) = local.salvage(inst)
+    assert ref.step == 10 and local.salvage(inst) == []  # idempotent: the queue is empty once uploaded

@@ -25,6 +25,23 @@ QUEUE_DIR = "upload-queue"
 _READY = re.compile(r"^checkpoint-(\d+)$")
 
 
+def salvage_queue(store: Store, job_id: str, queue: Path, *, keep: int, recipe_hash: str | None,
+                  log: Callable[[str], None], timeout: float = 600.0) -> list[CheckpointRef]:
+    """Upload the complete hand-overs a dead agent left in `queue` (it was killed mid-upload: a crash,
+    `kill -9`), oldest first with MANIFEST.json last, as the agent would have; the uploaded refs. The caller
+    makes sure no agent runs on this work directory (two uploaders of one folder would race)."""
+    if not ready_checkpoints(queue):
+        return []
+    uploader = AsyncUploader(store, job_id, queue, keep=keep, recipe_hash=recipe_hash,
+                             on_uploaded=lambda ref: None, log=log)
+    uploader.LEFTOVER_WAIT = timeout
+    uploader.start()
+    uploader.drain(timeout)
+    if uploader.error:
+        log(f"error: {uploader.error}")
+    return list(uploader.uploaded)
+
+
 def ready_checkpoints(queue: Path) -> list[tuple[int, Path]]:
     if not queue.is_dir():
         return []

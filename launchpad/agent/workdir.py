@@ -6,6 +6,8 @@ rules, shared by the `local` provider and the SSH host helper (launchpad/ssh/rem
 - An agent that died before reporting a final phase counts as killed (exit -9) unless the trainer
   recorded a failure of its own. If the work directory's disk is full, that is the reported cause
   (phase "failed", error "disk full: ..."), not the signal: the agent could not even write its end.
+- A dead agent's complete hand-overs in its upload queue are the only copy of the newest checkpoint:
+  `salvage` uploads them before the machine is torn down.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,3 +93,32 @@ def _signal_all(pids: list[int], sig: int) -> None:
                 os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def salvage(workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """Upload what a dead agent left in its upload queue (launchpad.agent.uploader.salvage_queue):
+    {"uploaded": [CheckpointRef as dict, ...]}, or {"skipped": why} (its agent is alive, nothing synced)."""
+    from ..errors import BadInput
+    from ..jobspec import JobSpec
+    from .uploader import QUEUE_DIR, ready_checkpoints, salvage_queue
+
+    if agent_alive(workdir):
+        return {"skipped": "its agent is alive and uploads them itself"}
+    if not ready_checkpoints(workdir / QUEUE_DIR):
+        return {"uploaded": []}
+    try:
+        spec = JobSpec.load(workdir / FILES["spec"])
+    except BadInput:
+        return {"skipped": "no job.json"}
+    if spec.checkpoint_uri is None:
+        return {"skipped": "no checkpoint store"}
+    from ..recipe import recipe_hash
+    from ..storage import open_store
+
+    try:
+        made_with: str | None = recipe_hash(spec.recipe_model())
+    except ValueError:  # a recipe this version cannot read: the manifest just says less
+        made_with = None
+    refs = salvage_queue(open_store(spec.checkpoint_uri), spec.job_id, workdir / QUEUE_DIR,
+                         keep=spec.checkpoint_keep, recipe_hash=made_with, log=log)
+    return {"uploaded": [{"uri": r.uri, "step": r.step, "files": r.files, "bytes": r.bytes} for r in refs]}

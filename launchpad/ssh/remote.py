@@ -10,6 +10,8 @@ no torch), so every client-side operation is one SSH round trip that prints one 
     tail WORKDIR          the trainer log from --offset bytes on; with --follow, until the agent exits
     stop WORKDIR          SIGTERM the agent's process group (and the trainer), SIGKILL after --grace s
     latest WORKDIR        the newest complete checkpoint of the job in its store -> CheckpointRef or null
+    salvage WORKDIR       no agent alive: upload the complete checkpoints the dead one left in its upload
+                          queue -> {"uploaded": [CheckpointRef...]} or {"skipped": why}
 """
 
 from __future__ import annotations
@@ -120,9 +122,19 @@ def latest(workdir: Path) -> int:
     return 0
 
 
+def salvage(workdir: Path) -> int:
+    from launchpad.agent.workdir import salvage as salvage_workdir
+
+    def log(message: str) -> None:
+        sys.stderr.write(f"[salvage] {message}\n")
+
+    _print(salvage_workdir(workdir, log=log))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launchpad.ssh.remote")
-    parser.add_argument("command", choices=("launch", "progress", "tail", "stop", "latest"))
+    parser.add_argument("command", choices=("launch", "progress", "tail", "stop", "latest", "salvage"))
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--offset", type=int, default=0)
     parser.add_argument("--follow", action="store_true")
@@ -137,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return tail(workdir, args.offset, args.follow)
     if args.command == "stop":
         return stop(workdir, args.grace)
+    if args.command == "salvage":
+        return salvage(workdir)
     return latest(workdir)
 
 

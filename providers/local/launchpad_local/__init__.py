@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from launchpad.agent import FILES, pid_alive
 from launchpad.agent.workdir import job_state
+from launchpad.agent.workdir import salvage as salvage_workdir
 from launchpad.agent.workdir import stop as stop_workdir
 from launchpad.errors import ProviderError
 from launchpad.jobspec import JobSpec
@@ -37,6 +39,8 @@ from launchpad.models import (
 )
 from launchpad.plugins import hookimpl
 from launchpad.provider import Provider
+
+log = logging.getLogger("launchpad.local")
 
 
 @hookimpl
@@ -185,6 +189,13 @@ class LocalProvider(Provider):
         if spec.checkpoint_uri is None:
             return None  # no store known, no checkpoint
         return latest_checkpoint(open_store(spec.checkpoint_uri), spec.job_id)
+
+    def salvage(self, instance: Instance) -> list[CheckpointRef]:
+        workdir = self._dir(instance)
+        if not workdir.is_dir() or self._agent_running(workdir, instance.id):
+            return []
+        out = salvage_workdir(workdir, log=lambda m: log.info("%s: %s", instance.id, m))
+        return [CheckpointRef(**r) for r in out.get("uploaded", [])]
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
         workdir = self._dir(instance)
