@@ -139,6 +139,9 @@ class ProviderConformance:
     def test_checkpoint_before_training_is_none(self, provider, instance):
         assert provider.checkpoint(instance, timeout=30) is None
 
+    def test_salvage_before_training_uploads_nothing(self, provider, instance):
+        assert provider.salvage(instance) == [] and provider.salvage(instance) == []  # idempotent, never raises
+
     def test_default_checkpoint_uri_is_a_uri_or_none(self, provider):
         uri = provider.default_checkpoint_uri()
         assert uri is None or "://" in uri
