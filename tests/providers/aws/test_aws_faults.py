@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.object_store]
 def test_fault_scenarios_in_a_loopback_only_network_namespace(tmp_path):
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.fail("needs util-linux's unshare and iproute2's ip (.ci/run installs them)")
-    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider --timeout 900 --log-level=WARNING --durations=10 "
-             f"--basetemp {tmp_path / 'inner'} {HERE / 'netns_faults.py'}")
+    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider --timeout 900 "
+             f"--log-level=WARNING --durations=10 --basetemp {tmp_path / 'inner'} {HERE / 'netns_faults.py'}")
     env = {**os.environ, "LAUNCHPAD_NETNS": "1"}
     env.pop("AWS_ENDPOINT_URL", None)
     proc = subprocess.run(["unshare", "-n", "sh", "-c", inner], cwd=REPO, env=env, capture_output=True, text=True,
