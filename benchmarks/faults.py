@@ -1,7 +1,7 @@
 """Fault injection: `launchpad up` on moto's EC2 + S3 and a loopback sshd, SIGKILLed at a random point of
 the lifecycle, then `launchpad reap`, then `launchpad resume` where the job had started training.
 
-    python benchmarks/faults.py                 # 100 runs, the issue's figure (~30-40 min on 2 cores)
+    python benchmarks/faults.py                 # 100 runs, the issue's figure (~45 min on 2 cores)
     python benchmarks/faults.py --runs 12       # two rounds of the six kill points (~6 min)
 
 Kill points, in turn (the delay after the point is drawn at random, seeded):
