@@ -83,7 +83,7 @@ class TeardownSteps:
         for ref in saved:
             self._best_effort(self._event, job_id, "salvaged", instance=instance.id, checkpoint=ref.uri, step=ref.step)
             self._best_effort(self.db.update_job, job_id, last_checkpoint=ref.uri)
-            self.reporter.info(f"uploaded {ref.uri.rsplit('/', 1)[-1]}, left on {instance.id} by its crashed agent")
+            self.reporter.info(f"uploaded {ref.name}, left on {instance.id} by its crashed agent")
 
     def _teardown_all(self, instances: Iterable[Instance]) -> tuple[list[str], list[str]]:
         """Every instance, each independently: (torn down, still up with the reason)."""

@@ -12,6 +12,7 @@ rules, shared by the `local` provider and the SSH host helper (launchpad/ssh/rem
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -121,4 +122,4 @@ def salvage(workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
         made_with = None
     refs = salvage_queue(open_store(spec.checkpoint_uri), spec.job_id, workdir / QUEUE_DIR,
                          keep=spec.checkpoint_keep, recipe_hash=made_with, log=log)
-    return {"uploaded": [{"uri": r.uri, "step": r.step, "files": r.files, "bytes": r.bytes} for r in refs]}
+    return {"uploaded": [dataclasses.asdict(r) for r in refs]}
