@@ -1,0 +1,228 @@
+"""What launchpad makes once per Azure subscription/region and then reuses: the resource group
+``launchpad-<region>`` and its virtual network ``launchpad-vnet`` (both tagged ``launchpad-managed``),
+plus the things read once: launchpad's own SSH key, who may reach port 22, the image.
+
+Every helper is idempotent (ARM's PUT is create-or-update; a lookup comes first where a PUT would
+change a shared resource in use), so two `launchpad up` racing in one region share one of each.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from launchpad.errors import ConfigError, ProviderError
+
+from .api import NAME, call, client_kwargs, credential
+
+log = logging.getLogger("launchpad.azure")
+
+MANAGED_TAG = "launchpad-managed"  # shared resources (resource group, network): never a job's
+VNET, SUBNET = "launchpad-vnet", "default"
+#: the Data Science VM for Linux (Ubuntu 22.04, Gen2: NVIDIA driver, CUDA, PyTorch); `image` in config overrides
+DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-2204:2204-gen2:latest"
+#: built-in role "Virtual Machine Contributor" (the VM may deallocate/delete itself: its autostop)
+VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+ROLE_API = "2022-04-01"
+
+
+def rg_name(region: str) -> str:
+    return f"launchpad-{region}"
+
+
+class Account:
+    """Clients and the per-region shared resources of one subscription, made once per process."""
+
+    def __init__(self, provider) -> None:
+        self.p = provider
+        self._lock = threading.RLock()
+        self._cache: dict[tuple, Any] = {}
+
+    def _memo(self, key: tuple, make):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    # -- clients -------------------------------------------------------------------------------------
+    def subscription(self) -> str:
+        import os
+
+        sub = self.p.config.get("subscription_id") or os.environ.get("AZURE_SUBSCRIPTION_ID")
+        if not sub:
+            raise ConfigError("no Azure subscription id", hint="set AZURE_SUBSCRIPTION_ID or providers.azure.subscription_id "
+                              "in config.yaml (`az account show --query id -o tsv` prints it)")
+        return str(sub)
+
+    def endpoint(self) -> str:
+        from .api import ARM
+
+        return str(self.p.config.get("endpoint") or ARM).rstrip("/")
+
+    def credential(self):
+        return self._memo(("credential",), credential)
+
+    def _client(self, kind: str):
+        def make():
+            if kind == "compute":
+                from azure.mgmt.compute import ComputeManagementClient as C
+            elif kind == "network":
+                from azure.mgmt.network import NetworkManagementClient as C
+            else:
+                from azure.mgmt.resource.resources import ResourceManagementClient as C
+            cred = self.credential()
+            return C(cred, self.subscription(), **client_kwargs(cred, self.endpoint(), self.p.config.get("poll_interval")))
+
+        return self._memo(("client", kind), make)
+
+    @property
+    def compute(self):
+        return self._client("compute")
+
+    @property
+    def network(self):
+        return self._client("network")
+
+    @property
+    def resources(self):
+        return self._client("resources")
+
+    def close(self) -> None:
+        for key, value in list(self._cache.items()):
+            if key[0] in ("client", "credential") and hasattr(value, "close"):
+                value.close()
+        self._cache.clear()
+
+    # -- the region's shared resources ---------------------------------------------------------------
+    def resource_group(self, region: str) -> str:
+        def make() -> str:
+            name = rg_name(region)
+            found = call(lambda: self.resources.resource_groups.get(name), "GetResourceGroup", region, missing_ok=True)
+            if found is None:
+                call(lambda: self.resources.resource_groups.create_or_update(
+                    name, {"location": region, "tags": {MANAGED_TAG: "true"}}), "CreateResourceGroup", region)
+            return name
+
+        return self._memo(("rg", region), make)
+
+    def subnet(self, region: str) -> str:
+        """The id of the subnet of ``launchpad-vnet`` (10.0.0.0/16; nodes of a job talk freely inside it,
+        as Azure's default NSG rule AllowVnetInBound allows)."""
+        def make() -> str:
+            rg = self.resource_group(region)
+            net = self.network.virtual_networks
+            found = call(lambda: net.get(rg, VNET), "GetVirtualNetwork", region, missing_ok=True)
+            if found is None:
+                body = {"location": region, "tags": {MANAGED_TAG: "true"}, "properties": {
+                    "addressSpace": {"addressPrefixes": ["10.0.0.0/16"]},
+                    "subnets": [{"name": SUBNET, "properties": {"addressPrefix": "10.0.0.0/20"}}]}}
+                found = call(lambda: net.begin_create_or_update(rg, VNET, body).result(), "CreateVirtualNetwork", region)
+            subnet = next((s for s in found.as_dict()["properties"].get("subnets") or [] if s["name"] == SUBNET), None)
+            if subnet is None:
+                raise ProviderError(f"{VNET} in {rg} has no subnet {SUBNET!r}", provider=NAME,
+                                    hint=f"add it, or delete {VNET} so launchpad makes it again")
+            return str(subnet["id"])
+
+        return self._memo(("subnet", region), make)
+
+    # -- identity, key, image ----------------------------------------------------------------------------
+    def ssh_cidrs(self) -> list[str]:
+        """Who may reach port 22: `ssh_cidr` from config (a CIDR or a list), else this machine's public
+        address as a /32."""
+        configured = self.p.config.get("ssh_cidr")
+        if configured:
+            return [configured] if isinstance(configured, str) else [str(c) for c in configured]
+
+        def ask() -> list[str]:
+            try:
+                with urllib.request.urlopen("https://api.ipify.org", timeout=5) as r:
+                    ip = r.read().decode().strip()
+            except Exception as e:
+                raise ConfigError(f"cannot find this machine's public address for the SSH rule ({e})",
+                                  hint="set providers.azure.ssh_cidr in config.yaml, e.g. 203.0.113.7/32") from None
+            return [f"{ip}/32"]
+
+        return self._memo(("cidr",), ask)
+
+    def key_path(self) -> Path:
+        from launchpad.settings import config_dir
+
+        return Path(self.p.config.get("key") or config_dir() / "ssh" / "id_ed25519").expanduser()
+
+    def public_key(self) -> str:
+        """launchpad's own public key line (the pair is made here, 0600, if missing)."""
+        from launchpad.ssh.keys import ensure_keypair
+
+        return self._memo(("key",), lambda: " ".join(ensure_keypair(self.key_path(), comment="launchpad").split()[:2]))
+
+    def image_reference(self) -> dict[str, str]:
+        """`image` from config: a URN (publisher:offer:sku:version) or a resource id (managed image,
+        gallery image version); default the Data Science VM."""
+        image = str(self.p.config.get("image") or DEFAULT_IMAGE)
+        if image.startswith("/"):
+            return {"id": image}
+        parts = image.split(":")
+        if len(parts) != 4 or not all(parts):
+            raise ConfigError(f"providers.azure.image: {image!r} is neither publisher:offer:sku:version nor a resource id",
+                              hint=f"e.g. {DEFAULT_IMAGE}")
+        return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
+
+    # -- the VM's right to stop itself -----------------------------------------------------------------
+    def grant_self_stop(self, vm_id: str, principal: str, region: str) -> bool:
+        """Virtual Machine Contributor for the VM's own identity, scoped to that VM only (its autostop
+        deallocates or deletes it). False, logged in one line, when ARM refuses: the reaper stops it then."""
+        from azure.core.rest import HttpRequest
+
+        name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_id.lower()}/{VM_CONTRIBUTOR}"))
+        body = {"properties": {"principalId": principal, "principalType": "ServicePrincipal", "roleDefinitionId":
+                               f"/subscriptions/{self.subscription()}/providers/Microsoft.Authorization/roleDefinitions/"
+                               f"{VM_CONTRIBUTOR}"}}
+        url = f"{self.endpoint()}{vm_id}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_API}"
+        for attempt in range(6):
+            res = call(lambda: self._send(HttpRequest("PUT", url, json=body)), "CreateRoleAssignment", region)
+            text = res.text() if res.status_code >= 400 else ""
+            if res.status_code < 300 or "RoleAssignmentExists" in text:
+                return True
+            if "PrincipalNotFound" in text and attempt < 5:  # a new identity takes seconds to reach the directory
+                import time
+
+                time.sleep(1 + 2 * attempt)
+                continue
+            log.warning("azure: %s may not stop itself (role assignment refused: HTTP %s %s); `launchpad reap` stops it "
+                        "when idle instead", vm_id.rsplit("/", 1)[-1], res.status_code, _code(text))
+            return False
+        return False
+
+    def _send(self, request):
+        """A raw ARM request through the compute client's pipeline (its credential and policies); 429 and
+        5xx raise TransientError so that `call` retries them, other statuses are the caller's to read."""
+        from launchpad.errors import TransientError
+
+        res = self.compute.send_request(request)
+        if res.status_code == 429 or res.status_code >= 500:
+            raise TransientError(f"{request.method} role assignment: HTTP {res.status_code}", provider=NAME)
+        return res
+
+    def revoke_self_stop(self, vm_id: str, region: str) -> None:
+        """Delete the VM's role assignment (ARM keeps it after the VM is gone)."""
+        from azure.core.rest import HttpRequest
+
+        name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_id.lower()}/{VM_CONTRIBUTOR}"))
+        url = f"{self.endpoint()}{vm_id}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_API}"
+        res = call(lambda: self._send(HttpRequest("DELETE", url)), "DeleteRoleAssignment", region)
+        if res.status_code >= 400 and res.status_code != 404:
+            log.info("azure: role assignment of %s not deleted (HTTP %s %s)", vm_id.rsplit("/", 1)[-1], res.status_code,
+                     _code(res.text()))
+
+
+def _code(text: str) -> str:
+    import json
+
+    try:
+        return str(json.loads(text)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""
