@@ -5,6 +5,9 @@
   `AWS_EC2_METADATA_SERVICE_ENDPOINT` when set (as botocore reads it), else the link-local default.
 - GCP: `GET /computeMetadata/v1/instance/preempted` with `Metadata-Flavor: Google` says TRUE once the
   VM is being preempted (about 30 s of warning). The host is `GCE_METADATA_HOST` when set.
+- Azure: Scheduled Events (`GET /metadata/scheduledevents?api-version=2020-07-01` with `Metadata: true`);
+  an event of EventType `Preempt` is a Spot eviction (at least 30 s of warning). The endpoint is
+  `LAUNCHPAD_AZURE_IMDS` when set, else the link-local default.
 Only the clouds the provider names in the job spec are polled: nothing is polled on `local`.
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Callable
 
 AWS_DEFAULT = "http://169.254.169.254"
 GCP_DEFAULT = "metadata.google.internal"
+AZURE_DEFAULT = "http://169.254.169.254"
 
 
 def aws_notice(endpoint: str | None = None, timeout: float = 2.0) -> str | None:
@@ -51,7 +55,22 @@ def gcp_notice(host: str | None = None, timeout: float = 2.0) -> str | None:
         return "preemption notice (GCP)" if resp.read().decode().strip().upper() == "TRUE" else None
 
 
-POLLERS: dict[str, Callable[[], str | None]] = {"aws": aws_notice, "gcp": gcp_notice}
+def azure_notice(endpoint: str | None = None, timeout: float = 2.0) -> str | None:
+    base = (endpoint or os.environ.get("LAUNCHPAD_AZURE_IMDS") or AZURE_DEFAULT).rstrip("/")
+    req = urllib.request.Request(f"{base}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read().decode()
+    try:
+        events = json.loads(body).get("Events") or []
+    except (ValueError, AttributeError):
+        return None
+    for event in events:
+        if isinstance(event, dict) and event.get("EventType") == "Preempt":
+            return f"spot eviction notice (Azure): not before {event.get('NotBefore') or 'soon'}"
+    return None
+
+
+POLLERS: dict[str, Callable[[], str | None]] = {"aws": aws_notice, "gcp": gcp_notice, "azure": azure_notice}
 
 
 class PreemptionWatcher:

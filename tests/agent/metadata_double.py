@@ -1,5 +1,6 @@
-"""A loopback double of the EC2 instance metadata service (IMDSv2) and GCE's metadata server:
-only the endpoints the agent uses, as AWS and Google document them."""
+"""A loopback double of the EC2 instance metadata service (IMDSv2), GCE's metadata server and Azure's
+Instance Metadata Service (Scheduled Events): only the endpoints the agent uses, as AWS, Google and
+Microsoft document them."""
 
 from __future__ import annotations
 
@@ -47,6 +48,20 @@ class MetadataDouble:
                     if self.headers.get("Metadata-Flavor") != "Google":
                         return self._send(403)
                     return self._send(200, b"TRUE" if double.notice else b"FALSE")
+                if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
+                    if self.headers.get("Metadata") != "true":
+                        return self._send(400, b'{"error": "Bad request. Required metadata header not specified"}')
+                    events = [{"EventId": "602d9444-d2cd-49c7-8624-8643e7171297", "EventType": "Freeze",
+                               "ResourceType": "VirtualMachine", "Resources": ["lp-vm-0"], "EventStatus": "Scheduled",
+                               "NotBefore": "Mon, 19 Sep 2026 18:29:47 GMT", "Description": "", "EventSource": "Platform",
+                               "DurationInSeconds": 5}]  # a maintenance freeze: never a preemption notice
+                    if double.notice:
+                        events.append({"EventId": "f020ba2e-3bc0-4c40-a10b-86575a9eabd5", "EventType": "Preempt",
+                                       "ResourceType": "VirtualMachine", "Resources": ["lp-vm-0"], "EventStatus": "Scheduled",
+                                       "NotBefore": "Mon, 19 Sep 2026 18:30:17 GMT", "Description": "",
+                                       "EventSource": "Platform", "DurationInSeconds": -1})
+                    body = json.dumps({"DocumentIncarnation": 2 if double.notice else 1, "Events": events}).encode()
+                    return self._send(200, body, "application/json")
                 return self._send(404)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
