@@ -102,6 +102,8 @@ class ArmDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # headers and body in one write: no delayed-ACK stall per keep-alive request
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
