@@ -153,7 +153,9 @@ class GCEDouble:
         op = {"kind": "compute#operation", "id": str(next(_ID)), "name": name, "operationType": op_type,
               "status": "RUNNING" if running else "DONE", "progress": 0 if running else 100,
               "insertTime": _now(), "startTime": _now(), "user": user, "selfLink": f"{where}/operations/{name}",
-              "targetLink": (target or {}).get("selfLink", ""), "targetId": (target or {}).get("id", "")}
+              "targetLink": (target or {}).get("selfLink", "")}
+        if (target or {}).get("id"):
+            op["targetId"] = target["id"]
         if zone:
             op["zone"] = f"{self._base()}/zones/{zone}"
         if not running:
