@@ -144,10 +144,12 @@ class Project:
         """``launchpad-<project>-<region>``, created in `region` on first use (uniform bucket-level access,
         public access prevented)."""
         def make() -> str:
+            import importlib
             import os
 
             from google.api_core import exceptions as gexc
-            from google.cloud import storage
+
+            storage = importlib.import_module("google.cloud.storage")  # (untyped, unlike google.cloud.compute)
 
             name = f"launchpad-{self.p.project()}-{region}"[:63]
             if os.environ.get("STORAGE_EMULATOR_HOST"):

@@ -154,7 +154,7 @@ class GCEDouble:
               "status": "RUNNING" if running else "DONE", "progress": 0 if running else 100,
               "insertTime": _now(), "startTime": _now(), "user": user, "selfLink": f"{where}/operations/{name}",
               "targetLink": (target or {}).get("selfLink", "")}
-        if (target or {}).get("id"):
+        if target and target.get("id"):
             op["targetId"] = target["id"]
         if zone:
             op["zone"] = f"{self._base()}/zones/{zone}"
