@@ -37,6 +37,7 @@ class Facts:
     multi_node: bool = True
     load_10gb_s: float = 100.0
     egress_per_gb: float = 0.09
+    interregion_per_gb: float = 0.02  # between two regions of the same cloud (launchpad.planner.egress)
     # USD per GB-month of the block volume the instance boots from; it also bills while the instance is
     # stopped. 0 = part of the instance price (local disk only) or not known: nothing is added.
     disk_per_gb_month: float = 0.0

@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import BadInput, ProviderError
 from ..models import Capability, Offer
 from .catalog import Facts, facts_for, load_catalog, with_facts
+from .egress import egress_per_gb
 from .estimate import Profile, profile, version_tuple
 from .need import need_from_recipe
 from .settings import gpu_info, planner_settings
@@ -239,6 +240,15 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
     want_spot = policy is True or policy == "auto"
     shape, variant, region_ok = ev.shape, ev.variant, ev.region_ok
     check_region = bool(need.regions)
+    default_egress = float(planner_settings()["estimate"]["default_egress_per_gb"])
+    egress_cache: dict[tuple[str, str], float] = {}
+
+    def egress_for(o: Offer) -> float:
+        key = (o.provider, o.region)
+        if key not in egress_cache:
+            egress_cache[key] = need.checkpoint_bytes / 1e9 * egress_per_gb(o, need.checkpoint_uri, default_egress)
+        return egress_cache[key]
+
     add = rejected.append
     for name, source_offers, is_conf in sources:
         prov_reason = ev.provider_check(name)
@@ -279,8 +289,12 @@ def plan(recipe: Any, providers: Mapping[str, Any], unavailable: Mapping[str, st
                     add(Rejection(v, f"${price * nodes:.2f}/h is over max_price ${max_price:g}/h", "price", is_conf))
                     continue
                 p: Profile = res  # type: ignore[assignment]
-                ro = RankedOffer(v, p.score, p.scores, p.hours, p.hours * price * nodes + p.egress_usd + p.disk_usd,
-                                 p.breakdown)
+                egress, breakdown = p.egress_usd, p.breakdown
+                if need.checkpoint_uri and "://" in need.checkpoint_uri and need.checkpoint_bytes:
+                    egress = egress_for(v)  # by where the store is: region matters here, unlike in the profile
+                    breakdown = {**breakdown, "egress_usd": egress}
+                ro = RankedOffer(v, p.score, p.scores, p.hours, p.hours * price * nodes + egress + p.disk_usd,
+                                 breakdown)
                 if not_conf is not None:
                     add(Rejection(v, not_conf, "not_configured", False))
                     elsewhere.append(ro)

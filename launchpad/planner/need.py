@@ -123,7 +123,7 @@ def need_from_recipe(recipe: Any) -> Need:
         params=params, shape=shape, memory=memory, max_steps=recipe.max_steps,
         tokens_per_step_per_gpu=tokens_per_step, dataset_tokens=dataset_tokens, epochs=epochs,
         tokens_source=source, dataset_bytes=ds_bytes_for_io, download_bytes=download, checkpoint_bytes=ckpt,
-        gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora",
+        checkpoint_uri=recipe.checkpoint.uri, gradient_checkpointing=setup.gradient_checkpointing or recipe.adapter == "qlora",
         host_ram_gb=host_ram, host_ram_per_gpu_gb=HOST_PER_GPU_GB, host_cpus_per_gpu=HOST_CPUS_PER_GPU,
         host_why=host_why, disk_gb=disk_gb, disk_why=disk_why, autostop_action=autostop.action,
         notes=tuple(notes),

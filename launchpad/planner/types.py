@@ -48,6 +48,7 @@ class Need:
     dataset_bytes: float = 0.0
     download_bytes: float = 0.0  # base model weights fetched at pre-warm
     checkpoint_bytes: float = 0.0  # the final checkpoint (adapter or full weights) leaving the cloud
+    checkpoint_uri: str | None = None  # the recipe's store; None = the provider's default (launchpad.planner.egress)
     gradient_checkpointing: bool = False
     # The host (CPU side) per node: RAM = host_ram_gb + host_ram_per_gpu_gb x GPUs on the node, vCPUs =
     # host_cpus_per_gpu x GPUs (at least that many for a CPU-only job); `host_why` says where RAM comes from.
