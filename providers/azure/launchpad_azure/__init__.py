@@ -23,6 +23,7 @@ import hashlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,8 @@ class AzureProvider(VMProvider):
             if node.vm_state(nodes[rank]) is InstanceState.STOPPED:
                 log.info("azure: starting %s, a deallocated VM of job %s", nodes[rank]["name"], spec.job_id)
                 name = nodes[rank]["name"]
-                call(lambda n=name: self.account.compute.virtual_machines.begin_start(rg, n).result(), "StartVM", region)
+                poller = call(partial(self.account.compute.virtual_machines.begin_start, rg, name), "StartVM", region)
+                call(poller.result, "StartVM", region)
         missing = [r for r in range(spec.nodes) if r not in nodes]
 
         def make(rank: int) -> dict:
@@ -193,7 +195,7 @@ class AzureProvider(VMProvider):
         if terminate:
             for name, vm in vms.items():  # all deletes first: they run in parallel on Azure's side
                 if vm is not None and vm["properties"].get("provisioningState") != "Deleting":
-                    call(lambda n=name: compute.virtual_machines.begin_delete(rg, n), "DeleteVM", region)
+                    call(partial(compute.virtual_machines.begin_delete, rg, name), "DeleteVM", region)
             left = [b for name in names for b in node.delete(self, region, name, wait=False)]
             if left:
                 raise NotYetTerminated(f"{', '.join(left)}: deletion accepted, not done yet", provider=NAME)
@@ -205,8 +207,8 @@ class AzureProvider(VMProvider):
             state = node.vm_state(vm)
             if state in (InstanceState.STOPPED, InstanceState.TERMINATED):
                 continue
-            poller = call(lambda n=name: compute.virtual_machines.begin_deallocate(rg, n), "DeallocateVM", region)
-            call(lambda p=poller: p.wait(float(self.config.get("delete_wait", 120))), "DeallocateVM", region)
+            poller = call(partial(compute.virtual_machines.begin_deallocate, rg, name), "DeallocateVM", region)
+            call(partial(poller.wait, float(self.config.get("delete_wait", 120))), "DeallocateVM", region)
             if node.vm_state(self._get_vm(region, name)) not in (InstanceState.STOPPED, InstanceState.TERMINATED):
                 pending.append(name)
         if pending:
@@ -289,7 +291,7 @@ class AzureProvider(VMProvider):
                  "ListNetworkSecurityGroups": net.network_security_groups.list, "ListDisks": compute.disks.list_by_resource_group}
         parts: list[dict] = []
         for op, fn in lists.items():
-            found = call(lambda f=fn: list(f(rg)), op, region, missing_ok=True) or []
+            found = call(partial(_listed, fn, rg), op, region, missing_ok=True) or []
             parts.extend(r.as_dict() for r in found if JOB_TAG in (r.tags or {}))
         return self._vms(region), parts
 
@@ -374,6 +376,10 @@ class AzureProvider(VMProvider):
     def close(self) -> None:
         super().close()
         self.account.close()
+
+
+def _listed(list_fn, rg: str) -> list:
+    return list(list_fn(rg))
 
 
 def _tag(resource: dict, key: str) -> str | None:

@@ -68,14 +68,15 @@ class Account:
 
     def _client(self, kind: str):
         def make():
-            if kind == "compute":
-                from azure.mgmt.compute import ComputeManagementClient as C
-            elif kind == "network":
-                from azure.mgmt.network import NetworkManagementClient as C
-            else:
-                from azure.mgmt.resource.resources import ResourceManagementClient as C
+            import importlib
+
+            module, cls = {"compute": ("azure.mgmt.compute", "ComputeManagementClient"),
+                           "network": ("azure.mgmt.network", "NetworkManagementClient"),
+                           "resources": ("azure.mgmt.resource.resources", "ResourceManagementClient")}[kind]
+            client_class: Any = getattr(importlib.import_module(module), cls)
             cred = self.credential()
-            return C(cred, self.subscription(), **client_kwargs(cred, self.endpoint(), self.p.config.get("poll_interval")))
+            return client_class(cred, self.subscription(),
+                                **client_kwargs(cred, self.endpoint(), self.p.config.get("poll_interval")))
 
         return self._memo(("client", kind), make)
 

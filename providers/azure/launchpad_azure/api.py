@@ -35,7 +35,8 @@ SCOPE = "https://management.azure.com/.default"
 ATTEMPTS = 5  # LAUNCHPAD_AZURE_RETRIES overrides (>= 1)
 CRED_HINT = ("run `az login`, or set AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET, or run where a "
              "managed identity is assigned")
-_QUOTA = "the subscription's vCPU quota for this VM family in this region is used up (request more: Azure portal > Quotas > Compute)"
+_QUOTA = ("the subscription's vCPU quota for this VM family in this region is used up (request more: Azure portal > "
+          "Quotas > Compute)")
 # error code -> (exception class, scope, what it means for the user)
 _CAPACITY: dict[str, tuple[type[NoCapacity], str, str]] = {
     "SkuNotAvailable": (NoCapacity, "offer", "this VM size is not available to the subscription in this region now"),

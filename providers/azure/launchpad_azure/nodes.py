@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from launchpad.errors import LaunchpadError, NoCapacity
-from launchpad.models import InstanceState, InstanceSpec, Offer
+from launchpad.models import InstanceSpec, InstanceState, Offer
 
 from .api import call
 
