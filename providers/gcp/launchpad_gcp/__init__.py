@@ -35,6 +35,19 @@ from launchpad.vm import VMProvider
 
 from .api import NAME, call, client, credentials, message, wait_op
 from .project import NETWORK_TAG, SELF_DELETE, Project, startup_script
+from .vms import (
+    created_at,
+    is_spot,
+    label_value,
+    machine_type,
+    meta,
+    private_ip,
+    public_ip,
+    region_of,
+    state_of,
+    vm_name,
+    wants_local_ssd,
+)
 
 log = logging.getLogger("launchpad.gcp")
 
@@ -50,22 +63,13 @@ ACCELERATORS = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "n
                 "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
 _LIVE = ("PROVISIONING", "STAGING", "RUNNING", "REPAIRING")
 _STOPPED = ("STOPPING", "SUSPENDING", "SUSPENDED", "TERMINATED")  # TERMINATED is GCE's "stopped"
+__all__ = ["GCPProvider", "label_value", "vm_name"]
 _KEY_PREFERENCE = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "ssh-rsa")
 
 
 @hookimpl
 def launchpad_register_providers(register):
     register(GCPProvider)
-
-
-def label_value(value: str) -> str:
-    """`value` as a GCE label value (<= 63 of [a-z0-9_-]); too long ones keep a hash suffix, so still unique."""
-    clean = re.sub(r"[^a-z0-9_-]", "-", value.lower())
-    return clean if len(clean) <= 63 else f"{clean[:50]}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
-
-
-def vm_name(token: str, rank: int) -> str:
-    return f"lp-{hashlib.sha256(token.encode()).hexdigest()[:16]}-{rank}"
 
 
 class GCPProvider(VMProvider):
@@ -111,7 +115,7 @@ class GCPProvider(VMProvider):
             found = call(self.client("ZonesClient").list, "zones.list", project=self.project())
             pats = list(self.config.get("regions") or [])
             self._zones = sorted(z["name"] for z in found.get("items", []) if z.get("status", "UP") == "UP"
-                                 and (not pats or any(fnmatch.fnmatchcase(_region(z["name"]), p) for p in pats)))
+                                 and (not pats or any(fnmatch.fnmatchcase(region_of(z["name"]), p) for p in pats)))
         return self._zones
 
     # -- discovery ---------------------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class GCPProvider(VMProvider):
         return None
 
     def describe(self) -> str | None:
-        regions = sorted({_region(z) for z in self.zones()})
+        regions = sorted({region_of(z) for z in self.zones()})
         shown = ", ".join(regions[:4]) + (f" and {len(regions) - 4} more" if len(regions) > 4 else "")
         return f"project {self.project()}: {len(self.zones())} zones in {len(regions)} regions: {shown}"
 
@@ -146,7 +150,7 @@ class GCPProvider(VMProvider):
     def _list(self, zone: str, job_id: str) -> list[dict]:
         found = call(self.client("InstancesClient").list, "instances.list", zone, request={
             "project": self.project(), "zone": zone, "filter": f'labels.{JOB_TAG} = "{label_value(job_id)}"'})
-        return [i for i in found.get("items", []) if _meta(i, JOB_TAG) in (job_id, None)]
+        return [i for i in found.get("items", []) if meta(i, JOB_TAG) in (job_id, None)]
 
     def _get(self, zone: str, name: str) -> dict | None:
         return call(self.client("InstancesClient").get, "instances.get", zone, not_found=None,
@@ -165,13 +169,13 @@ class GCPProvider(VMProvider):
         leaked: list[str] = []
         found = self._list(zone, spec.job_id)
         # the same attempt first, then live before stopped: never two VMs for one rank
-        found.sort(key=lambda i: (_meta(i, CLUSTER_TAG) != spec.token, i.get("status") not in _LIVE))
+        found.sort(key=lambda i: (meta(i, CLUSTER_TAG) != spec.token, i.get("status") not in _LIVE))
         for inst in found:
             rank = int((inst.get("labels") or {}).get(NODE_TAG) or 0)
-            same = _type(inst) == offer.instance_type and _is_spot(inst) == spot
+            same = machine_type(inst) == offer.instance_type and is_spot(inst) == spot
             if same and rank < spec.nodes and rank not in nodes:
                 nodes[rank] = inst
-            elif _meta(inst, CLUSTER_TAG) == spec.token or same:
+            elif meta(inst, CLUSTER_TAG) == spec.token or same:
                 leaked.append(inst["name"])
         if leaked:
             log.warning("gcp: job %s has more VMs than it asked for in %s: %s (a leak: `launchpad down %s` or "
@@ -185,10 +189,10 @@ class GCPProvider(VMProvider):
             for rank in missing:
                 nodes[rank] = self._insert(zone, body, spec, rank)
         first = nodes[0]
-        nvme = bool(offer.nvme_gb) or _local_ssd(offer, spec)
+        nvme = bool(offer.nvme_gb) or wants_local_ssd(offer, spec)
         data = {
             "zone": zone, "region": offer.region, "spot": spot, "token": spec.token, "project": self.project(),
-            "nodes": [{"rank": r, "id": nodes[r]["name"], "num": nodes[r].get("id"), "private": _private(nodes[r])}
+            "nodes": [{"rank": r, "id": nodes[r]["name"], "num": nodes[r].get("id"), "private": private_ip(nodes[r])}
                       for r in sorted(nodes)],
             "nvme": nvme,
             "shutdown": "terminate" if spec.autostop_action is TeardownMode.TERMINATE else "stop",
@@ -196,8 +200,8 @@ class GCPProvider(VMProvider):
             "leaked": leaked,
             "disk_gb": self._root_gb(spec) * len(nodes),  # boot disks bill while running and while stopped
         }
-        return Instance(provider=NAME, id=first["name"], job_id=spec.job_id, state=_state(first), offer=offer,
-                        address=_public(first), created_at=time.time(), data=data)
+        return Instance(provider=NAME, id=first["name"], job_id=spec.job_id, state=state_of(first), offer=offer,
+                        address=public_ip(first), created_at=time.time(), data=data)
 
     def _root_gb(self, spec: InstanceSpec) -> int:
         return max(int(spec.disk_gb or 0), int(self.config.get("root_gb") or DEFAULT_ROOT_GB))
@@ -208,7 +212,7 @@ class GCPProvider(VMProvider):
         disks: list[dict[str, Any]] = [{"boot": True, "autoDelete": True, "type": "PERSISTENT", "initializeParams": {
             "sourceImage": self.config.get("image") or DEFAULT_IMAGE, "diskSizeGb": str(self._root_gb(spec)),
             "diskType": f"zones/{zone}/diskTypes/{self.config.get('disk_type') or 'pd-balanced'}"}}]
-        if _local_ssd(offer, spec):  # one 375 GB NVMe local SSD, deleted with the VM
+        if wants_local_ssd(offer, spec):  # one 375 GB NVMe local SSD, deleted with the VM
             disks.append({"type": "SCRATCH", "autoDelete": True, "interface": "NVME",
                           "initializeParams": {"diskType": f"zones/{zone}/diskTypes/local-ssd"}})
         nic: dict[str, Any] = {"network": self.shared.network()}
@@ -272,7 +276,7 @@ class GCPProvider(VMProvider):
         while inst.get("status") in ("STOPPING", "SUSPENDING") and time.monotonic() < deadline:
             time.sleep(2)
             inst = self._get(zone, inst["name"]) or inst
-        log.info("gcp: starting %s, a stopped VM of job %s", inst["name"], _meta(inst, JOB_TAG))
+        log.info("gcp: starting %s, a stopped VM of job %s", inst["name"], meta(inst, JOB_TAG))
         instances = self.client("InstancesClient")
         action = instances.resume_unary if inst.get("status") == "SUSPENDED" else instances.start_unary
         op = call(action, "instances.start", zone, project=self.project(), zone=zone, instance=inst["name"])
@@ -335,7 +339,7 @@ class GCPProvider(VMProvider):
         states: list[InstanceState] = []
         for node in instance.data.get("nodes") or [{"id": instance.id, "num": None}]:
             inst = self._get(zone, node["id"])
-            state = _state(inst) if inst is not None else InstanceState.TERMINATED
+            state = state_of(inst) if inst is not None else InstanceState.TERMINATED
             if instance.data.get("spot") and state in (InstanceState.STOPPED, InstanceState.TERMINATED) \
                     and self._preempted(zone, (inst or {}).get("id") or node.get("num")):
                 state = InstanceState.PREEMPTED
@@ -370,8 +374,8 @@ class GCPProvider(VMProvider):
         for scope in (found.get("items") or {}).values():
             for inst in sorted(scope.get("instances") or [], key=lambda i: i["name"]):
                 zone = inst["zone"].rsplit("/", 1)[-1]
-                job = _meta(inst, JOB_TAG) or inst["labels"][JOB_TAG]
-                key = (zone, job, _meta(inst, CLUSTER_TAG) or inst["name"])
+                job = meta(inst, JOB_TAG) or inst["labels"][JOB_TAG]
+                key = (zone, job, meta(inst, CLUSTER_TAG) or inst["name"])
                 rank = int((inst.get("labels") or {}).get(NODE_TAG) or 0)
                 if rank in clusters.setdefault(key, {}):
                     key = (zone, job, inst["name"])  # a duplicate (leaked) node: its own entry, torn down too
@@ -380,14 +384,14 @@ class GCPProvider(VMProvider):
         out: list[Instance] = []
         for (zone, job_id, cluster), ranks in sorted(clusters.items()):
             first = ranks[min(ranks)]
-            spot = _is_spot(first)
-            base = catalog.get((_type(first), zone)) or Offer(NAME, _type(first), _region(zone), zone)
+            spot = is_spot(first)
+            base = catalog.get((machine_type(first), zone)) or Offer(NAME, machine_type(first), region_of(zone), zone)
             offer = Offer.from_dict({**base.to_dict(), "spot": spot})
             out.append(Instance(
-                provider=NAME, id=first["name"], job_id=job_id, state=_state(first), offer=offer,
-                address=_public(first), created_at=_created(first),
-                data={"zone": zone, "region": _region(zone), "spot": spot, "token": cluster, "project": self.project(),
-                      "nodes": [{"rank": r, "id": i["name"], "num": i.get("id"), "private": _private(i)}
+                provider=NAME, id=first["name"], job_id=job_id, state=state_of(first), offer=offer,
+                address=public_ip(first), created_at=created_at(first),
+                data={"zone": zone, "region": region_of(zone), "spot": spot, "token": cluster, "project": self.project(),
+                      "nodes": [{"rank": r, "id": i["name"], "num": i.get("id"), "private": private_ip(i)}
                                 for r, i in sorted(ranks.items())]}))
         return out
 
@@ -417,7 +421,7 @@ class GCPProvider(VMProvider):
             inst = self._get(zone, instance.id)
             if inst is None:
                 raise ProviderError(f"{instance.id} is gone (deleted)", provider=NAME)
-            address = _private(inst) if self.config.get("use_private_ip") else _public(inst)
+            address = private_ip(inst) if self.config.get("use_private_ip") else public_ip(inst)
             if inst.get("status") == "RUNNING" and address:
                 return inst
             if inst.get("status") in _STOPPED:
@@ -431,7 +435,7 @@ class GCPProvider(VMProvider):
         from launchpad.ssh.target import _ssh_config, resolve_target
 
         inst = self._live(instance)
-        address = str(_private(inst) if self.config.get("use_private_ip") else _public(inst))
+        address = str(private_ip(inst) if self.config.get("use_private_ip") else public_ip(inst))
         cfg = _ssh_config(self.config.get("ssh_config"))
         looked = cfg.lookup(address) if cfg is not None else {}
         return resolve_target(instance.id, address, port=self.config.get("ssh_port"),
@@ -477,64 +481,8 @@ class GCPProvider(VMProvider):
         """config.yaml's `checkpoint_uri`, else launchpad's bucket in the VM's region (made once)."""
         if self.config.get("checkpoint_uri"):
             return str(self.config["checkpoint_uri"])
-        region = instance.data.get("region") or _region(self._zone(instance))
+        region = instance.data.get("region") or region_of(self._zone(instance))
         return f"gs://{self.shared.bucket(str(region))}/checkpoints"
 
     def default_checkpoint_uri(self) -> str | None:
         return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None
-
-
-def _region(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
-
-
-def _meta(inst: dict, key: str) -> str | None:
-    return next((i.get("value") for i in (inst.get("metadata") or {}).get("items") or [] if i.get("key") == key), None)
-
-
-def _type(inst: dict) -> str:
-    return str(inst.get("machineType") or "").rsplit("/", 1)[-1]
-
-
-def _is_spot(inst: dict) -> bool:
-    sched = inst.get("scheduling") or {}
-    return sched.get("provisioningModel") == "SPOT" or bool(sched.get("preemptible"))
-
-
-def _local_ssd(offer: Offer, spec: InstanceSpec) -> bool:
-    """Attach a local SSD: the recipe wants NVMe and the machine type has none of its own (N1, A2 High)."""
-    return spec.disk == "nvme" and not offer.nvme_gb and offer.instance_type.startswith(("n1-", "a2-highgpu", "a2-megagpu"))
-
-
-def _public(inst: dict) -> str | None:
-    for nic in inst.get("networkInterfaces") or []:
-        for ac in nic.get("accessConfigs") or []:
-            if ac.get("natIP"):
-                return str(ac["natIP"])
-    return None
-
-
-def _private(inst: dict) -> str | None:
-    nics = inst.get("networkInterfaces") or []
-    return str(nics[0]["networkIP"]) if nics and nics[0].get("networkIP") else None
-
-
-def _state(inst: dict) -> InstanceState:
-    status = inst.get("status")
-    if status in ("PROVISIONING", "STAGING", "REPAIRING"):
-        return InstanceState.PENDING
-    if status == "RUNNING":
-        return InstanceState.RUNNING
-    if status in _STOPPED:
-        return InstanceState.STOPPED
-    return InstanceState.UNKNOWN
-
-
-def _created(inst: dict) -> float | None:
-    import datetime as dt
-
-    stamp = inst.get("creationTimestamp")
-    try:
-        return dt.datetime.fromisoformat(str(stamp)).timestamp() if stamp else None
-    except ValueError:
-        return None
