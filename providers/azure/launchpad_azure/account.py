@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import urllib.request
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ VNET, SUBNET = "launchpad-vnet", "default"
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-2204:2204-gen2:latest"
 #: built-in role "Virtual Machine Contributor" (the VM may deallocate/delete itself: its autostop)
 VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+#: built-in role "Storage Blob Data Contributor" (at `storage_scope`: the agent writes checkpoints with the VM's identity)
+BLOB_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 ROLE_API = "2022-04-01"
 
 
@@ -172,31 +176,56 @@ class Account:
                               hint=f"e.g. {DEFAULT_IMAGE}")
         return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
 
-    # -- the VM's right to stop itself -----------------------------------------------------------------
-    def grant_self_stop(self, vm_id: str, principal: str, region: str) -> bool:
-        """Virtual Machine Contributor for the VM's own identity, scoped to that VM only (its autostop
-        deallocates or deletes it). False, logged in one line, when ARM refuses: the reaper stops it then."""
+    # -- what a VM's own identity may do ----------------------------------------------------------------
+    def grants(self, vm_id: str) -> list[tuple[str, str, str]]:
+        """(scope, role id, what for) of the VM's role assignments: Virtual Machine Contributor on the VM
+        itself (its autostop deallocates or deletes it), and Storage Blob Data Contributor at `storage_scope`
+        (config: a storage account's or container's resource id) so that its agent can write checkpoints."""
+        out = [(vm_id, VM_CONTRIBUTOR, "stop itself")]
+        if self.p.config.get("storage_scope"):
+            out.append((str(self.p.config["storage_scope"]), BLOB_CONTRIBUTOR, "write checkpoints"))
+        return out
+
+    def _assignment_url(self, vm_id: str, scope: str, role: str) -> str:
+        name = uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_id.lower()}/{scope.lower()}/{role}")  # the same grant, the same name
+        return f"{self.endpoint()}{scope}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_API}"
+
+    def grant(self, vm_id: str, principal: str, region: str) -> bool:
+        """Make the VM's role assignments (`grants`). False, logged in one line each, where ARM refuses: then
+        `launchpad reap` stops the idle VM instead (and the checkpoints need another credential)."""
         from azure.core.rest import HttpRequest
 
-        name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_id.lower()}/{VM_CONTRIBUTOR}"))
-        body = {"properties": {"principalId": principal, "principalType": "ServicePrincipal", "roleDefinitionId":
-                               f"/subscriptions/{self.subscription()}/providers/Microsoft.Authorization/roleDefinitions/"
-                               f"{VM_CONTRIBUTOR}"}}
-        url = f"{self.endpoint()}{vm_id}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_API}"
-        for attempt in range(6):
-            res = call(lambda: self._send(HttpRequest("PUT", url, json=body)), "CreateRoleAssignment", region)
-            text = res.text() if res.status_code >= 400 else ""
-            if res.status_code < 300 or "RoleAssignmentExists" in text:
-                return True
-            if "PrincipalNotFound" in text and attempt < 5:  # a new identity takes seconds to reach the directory
-                import time
+        ok = True
+        for scope, role, what in self.grants(vm_id):
+            body = {"properties": {"principalId": principal, "principalType": "ServicePrincipal", "roleDefinitionId":
+                                   f"/subscriptions/{self.subscription()}/providers/Microsoft.Authorization/roleDefinitions/"
+                                   f"{role}"}}
+            url = self._assignment_url(vm_id, scope, role)
+            for attempt in range(6):
+                res = call(partial(self._send, HttpRequest("PUT", url, json=body)), "CreateRoleAssignment", region)
+                text = res.text() if res.status_code >= 400 else ""
+                if res.status_code < 300 or "RoleAssignmentExists" in text:
+                    break
+                if "PrincipalNotFound" in text and attempt < 5:  # a new identity takes seconds to reach the directory
+                    time.sleep(1 + 2 * attempt)
+                    continue
+                log.warning("azure: %s may not %s (role assignment refused: HTTP %s %s)%s", vm_id.rsplit("/", 1)[-1], what,
+                            res.status_code, _code(text),
+                            "; `launchpad reap` stops it when idle instead" if role == VM_CONTRIBUTOR else "")
+                ok = False
+                break
+        return ok
 
-                time.sleep(1 + 2 * attempt)
-                continue
-            log.warning("azure: %s may not stop itself (role assignment refused: HTTP %s %s); `launchpad reap` stops it "
-                        "when idle instead", vm_id.rsplit("/", 1)[-1], res.status_code, _code(text))
-            return False
-        return False
+    def revoke(self, vm_id: str, region: str) -> None:
+        """Delete the VM's role assignments (ARM keeps them after the VM and its identity are gone)."""
+        from azure.core.rest import HttpRequest
+
+        for scope, role, _ in self.grants(vm_id):
+            url = self._assignment_url(vm_id, scope, role)
+            res = call(partial(self._send, HttpRequest("DELETE", url)), "DeleteRoleAssignment", region)
+            if res.status_code >= 400 and res.status_code != 404:
+                log.info("azure: a role assignment of %s was not deleted (HTTP %s %s)", vm_id.rsplit("/", 1)[-1],
+                         res.status_code, _code(res.text()))
 
     def _send(self, request):
         """A raw ARM request through the compute client's pipeline (its credential and policies); 429 and
@@ -207,17 +236,6 @@ class Account:
         if res.status_code == 429 or res.status_code >= 500:
             raise TransientError(f"{request.method} role assignment: HTTP {res.status_code}", provider=NAME)
         return res
-
-    def revoke_self_stop(self, vm_id: str, region: str) -> None:
-        """Delete the VM's role assignment (ARM keeps it after the VM is gone)."""
-        from azure.core.rest import HttpRequest
-
-        name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm_id.lower()}/{VM_CONTRIBUTOR}"))
-        url = f"{self.endpoint()}{vm_id}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_API}"
-        res = call(lambda: self._send(HttpRequest("DELETE", url)), "DeleteRoleAssignment", region)
-        if res.status_code >= 400 and res.status_code != 404:
-            log.info("azure: role assignment of %s not deleted (HTTP %s %s)", vm_id.rsplit("/", 1)[-1], res.status_code,
-                     _code(res.text()))
 
 
 def _code(text: str) -> str:

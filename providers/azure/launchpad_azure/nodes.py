@@ -109,7 +109,7 @@ def create(p, offer: Offer, spec: InstanceSpec, rank: int, base: str, tags: dict
     call(lambda: compute.disks.begin_update(rg, disk, {"tags": tags}).result(), "TagDisk", region)
     principal = (vm_dict.get("identity") or {}).get("principalId")
     if principal:
-        acct.grant_self_stop(vm_dict["id"], principal, region)
+        acct.grant(vm_dict["id"], principal, region)
     return vm_dict
 
 
@@ -156,7 +156,7 @@ def delete(p, region: str, base: str, *, wait: bool) -> list[str]:
                 return [base]
             time.sleep(float(p.config.get("poll_interval") or 2))
     vm_id = f"/subscriptions/{acct.subscription()}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{base}"
-    acct.revoke_self_stop(vm_id, region)
+    acct.revoke(vm_id, region)
     call(lambda: net.network_interfaces.begin_delete(rg, base + SUFFIXES["nic"]).result(), "DeleteNetworkInterface", region,
          missing_ok=True)
     pollers = [call(lambda: net.public_ip_addresses.begin_delete(rg, base + SUFFIXES["ip"]), "DeletePublicIPAddress", region,

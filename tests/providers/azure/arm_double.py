@@ -77,6 +77,7 @@ class _Seen:
     principal: str | None
     status: int = 0
     body: Any = field(default=None)
+    actions: list[str] = field(default_factory=list)  # the RBAC actions it needs, linked ones (join) included
 
 
 class ArmDouble(ResourceRules):
@@ -94,6 +95,7 @@ class ArmDouble(ResourceRules):
         self.lock = threading.RLock()
         self._ips = 0
         self._pending_failure: Failure | None = None
+        self._current = _Seen("", "", None)
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -188,6 +190,7 @@ class ArmDouble(ResourceRules):
         seen = _Seen(method, path, None, body=body)
         with self.lock:
             self.requests.append(seen)
+            self._current = seen
             self._pending_failure = None
             self._tick()
             try:
@@ -209,6 +212,8 @@ class ArmDouble(ResourceRules):
     def _route(self, method, path, query, body, principal):
         m = _OP.match(path)
         if m:
+            namespace = path.split("/providers/", 1)[1].split("/", 1)[0]
+            self._current.actions.append(f"{namespace}/locations/operations/read")
             return self._operation(m.group("kind"), m.group("id"))
         m = _ROLE.match(path)
         if m:
@@ -261,11 +266,14 @@ class ArmDouble(ResourceRules):
         return {"code": f.code, "message": f.message} if f else None
 
     def _authorize(self, principal, method, path, rtype, action) -> None:
-        if principal is None:
-            return  # the subscription's owner
         verb = f"{action}/action" if action and method == "POST" else {"GET": "read", "HEAD": "read", "PUT": "write",
                                                                        "PATCH": "write", "DELETE": "delete"}[method]
+        if action and method == "GET":
+            verb = f"{action}/read"
         wanted = f"{rtype}/{verb}"
+        self._current.actions.append(wanted)
+        if principal is None:
+            return  # the subscription's owner
         for ra in self.role_assignments.values():
             scope = ra["properties"]["scope"].lower()
             if ra["properties"]["principalId"] == principal and (path.lower() == scope or path.lower().startswith(scope + "/")):

@@ -28,6 +28,11 @@ class ResourceRules:
 
     resources: dict[str, dict]
     _ips: int
+    _current: Any  # the request being answered: `.actions` lists the RBAC actions it needs
+
+    def _link(self, kind: str) -> None:
+        """A request that references a resource of `kind` also needs its join action (linked access check)."""
+        self._current.actions.append(f"{kind}/join/action")
 
     def _accept(self, apply, *, location: str, namespace: str, error: dict | None = None) -> tuple[dict, Any]:
         raise NotImplementedError
@@ -96,6 +101,7 @@ class ResourceRules:
         r = self.resources.get(rid.lower())
         if r is None or r["type"] != kind:
             raise ArmError(400, "InvalidResourceReference", f"Resource {rid} referenced by {what} was not found.")
+        self._link(kind)
         return r
 
     def _put_nsg(self, new, found, body):
@@ -146,6 +152,7 @@ class ResourceRules:
             vnet = self.resources.get(vnet_id.lower())
             if vnet is None or not any(s["name"] == subnet for s in vnet["properties"]["subnets"]):
                 raise ArmError(400, "InvalidResourceReference", f"Subnet {subnet_id} referenced by {new['id']} was not found.")
+            self._link("Microsoft.Network/virtualNetworks/subnets")
             config = {"name": c["name"], "id": f"{new['id']}/ipConfigurations/{c['name']}",
                       "properties": {"subnet": {"id": subnet_id}, "privateIPAllocationMethod": "Dynamic", "primary": i == 0,
                                      "privateIPAddress": (found and found["properties"]["ipConfigurations"][i]["properties"]

@@ -83,6 +83,22 @@ def test_a_node_is_a_tagged_vm_nic_ip_nsg_and_disk(azure, arm, azure_config):
     assert _left(arm) == []
 
 
+def test_storage_scope_lets_the_vms_identity_write_checkpoints(azure_config, arm):
+    from launchpad_azure import AzureProvider
+
+    scope = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/data/providers/Microsoft.Storage/storageAccounts/ckpts"
+    azure = AzureProvider({**azure_config, "storage_scope": scope})
+    inst = azure.provision(cheap_offer(azure), _spec())
+    [vm] = _job(arm, "job-a")
+    roles = {ra["properties"]["scope"]: ra["properties"]["roleDefinitionId"].rsplit("/", 1)[1]
+             for ra in arm.role_assignments.values() if ra["properties"]["principalId"] == vm["identity"]["principalId"]}
+    assert roles == {vm["id"]: "9980e02c-c2be-4d73-94e8-173b1dc7cf3c", scope: "ba92f5b4-2d11-453d-a403-e96b0029c9fe"}
+    azure.provision(cheap_offer(azure), _spec())  # again: the same assignments (by name), no duplicate
+    assert len(arm.role_assignments) == 2
+    azure.teardown(inst)
+    assert arm.role_assignments == {}
+
+
 def test_provision_twice_with_one_token_is_one_vm_and_a_new_token_finds_it_by_tag(azure, arm):
     offer = cheap_offer(azure)
     first = azure.provision(offer, _spec())
