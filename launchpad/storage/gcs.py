@@ -63,9 +63,10 @@ class GCSStore(ObjectStore):
 
     # -- plumbing -------------------------------------------------------------------------------
     def _import_sdk(self):
-        from google.cloud import storage
+        import importlib
 
-        return storage
+        # by name: google.cloud.compute (typed) makes mypy look for `storage` (untyped) in its namespace package
+        return importlib.import_module("google.cloud.storage")
 
     @property
     def bucket(self):
