@@ -20,7 +20,8 @@ def azure_settings(tmp_path, sshd: LoopbackSshd, arm_url: str) -> dict:
     return {
         "subscription_id": SUBSCRIPTION, "endpoint": arm_url, "regions": ["eastus", "westus2"], "ssh_cidr": "127.0.0.1/32",
         "key": str(sshd.client_key), "ssh_config": str(ssh_config), "python": sys.executable,
-        "root": str(tmp_path / "instance-root"), "connect_timeout": 20, "boot_timeout": 30, "poll_interval": 0.05,
+        # one root for the session, as one image would have: its venv is made once, then reused by every VM
+        "root": str(sshd.dir / "instance-root"), "connect_timeout": 20, "boot_timeout": 30, "poll_interval": 0.05,
         "delete_wait": 10, "checkpoint_uri": STORE,
     }
 
