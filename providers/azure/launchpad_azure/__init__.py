@@ -352,8 +352,9 @@ class AzureProvider(VMProvider):
         action = instance.data.get("shutdown", "stop")
         script = resources.files(__package__).joinpath("selfstop.py").read_text(encoding="utf-8")
         command = [self.remote_python(instance), "-c", script, self.account.endpoint(), self.vm_id(instance), action]
-        extras: dict[str, Any] = {"autostop": {"command": command, "action": action}, "mount_nvme": False,
-                                  "expect_nvme": bool(instance.offer and instance.offer.nvme_gb),
+        nvme = bool(instance.offer and instance.offer.nvme_gb)  # ND sizes: local NVMe, raw until mounted
+        extras: dict[str, Any] = {"autostop": {"command": command, "action": action}, "mount_nvme": nvme,
+                                  "expect_nvme": nvme,
                                   "preemption": ["azure"] if instance.data.get("spot") else []}
         listed = instance.data.get("nodes") or []
         if len(listed) > 1:

@@ -80,12 +80,12 @@ def create(p, offer: Offer, spec: InstanceSpec, rank: int, base: str, tags: dict
         "destinationAddressPrefix": "*", "access": "Allow", "priority": 100, "direction": "Inbound"}}]}}
     nsg = call(lambda: net.network_security_groups.begin_create_or_update(rg, base + SUFFIXES["nsg"], nsg_body).result(),
                "CreateNetworkSecurityGroup", region)
-    ip_body = {"location": region, "tags": tags, "sku": {"name": "Standard"},
-               "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
-    ip = call(lambda: net.public_ip_addresses.begin_create_or_update(rg, base + SUFFIXES["ip"], ip_body).result(),
-              "CreatePublicIPAddress", region)
     ip_config: dict[str, Any] = {"subnet": {"id": subnet}, "privateIPAllocationMethod": "Dynamic"}
-    if not p.config.get("use_private_ip"):
+    if not p.config.get("use_private_ip"):  # reached over a VPN: no public address (it would bill unused)
+        ip_body = {"location": region, "tags": tags, "sku": {"name": "Standard"},
+                   "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
+        ip = call(lambda: net.public_ip_addresses.begin_create_or_update(rg, base + SUFFIXES["ip"], ip_body).result(),
+                  "CreatePublicIPAddress", region)
         ip_config["publicIPAddress"] = {"id": ip.id}
     nic_body = {"location": region, "tags": tags, "properties": {
         "networkSecurityGroup": {"id": nsg.id}, "ipConfigurations": [{"name": "ipconfig1", "properties": ip_config}],

@@ -207,3 +207,21 @@ def test_multi_node_nodes_share_the_vnet_and_know_the_master(azure, arm):
     assert azure.provision(offer, _spec(nodes=2)).id == inst.id and len(_job(arm, "job-a")) == 2
     azure.teardown(inst)
     assert _left(arm) == []
+
+
+def test_use_private_ip_makes_no_public_address(azure_config, arm):
+    from launchpad_azure import AzureProvider
+
+    azure = AzureProvider({**azure_config, "use_private_ip": True})
+    inst = azure.provision(cheap_offer(azure), _spec())
+    assert arm.of_type("publicIPAddresses") == [] and inst.address is None
+    assert inst.data["nodes"][0]["private"].startswith("10.0.")
+    azure.teardown(inst)
+    assert _left(arm) == []
+
+
+def test_launchpad_check_shows_azure_usable(run_cli, azure_config):
+    import json
+
+    rows = {r["provider"]: r for r in json.loads(run_cli("check", "--json", check=True).stdout)["providers"]}
+    assert rows["azure"]["usable"] and "2 regions: eastus, westus2" in rows["azure"]["detail"]  # the entry point, config.yaml
