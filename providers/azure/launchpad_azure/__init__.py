@@ -70,14 +70,14 @@ class AzureProvider(VMProvider):
 
     # -- discovery -----------------------------------------------------------------------------------------
     def check(self) -> str | None:
-        try:
-            import azure.identity  # noqa: F401
-            import azure.mgmt.compute  # noqa: F401
-            import azure.mgmt.network  # noqa: F401
-            import azure.mgmt.resource  # noqa: F401
-            import paramiko  # noqa: F401
-        except ImportError as e:
-            return f"{e.name} is not installed (pip install launchpad-azure)"
+        import importlib.util
+
+        for module in ("azure.identity", "azure.mgmt.compute", "azure.mgmt.network", "azure.mgmt.resource", "paramiko"):
+            try:  # found, not imported: the SDKs are slow to import, and `plan` checks every provider
+                if importlib.util.find_spec(module) is None:
+                    return f"{module} is not installed (pip install launchpad-azure)"
+            except ModuleNotFoundError:
+                return f"{module} is not installed (pip install launchpad-azure)"
         try:
             self.account.subscription()
             call(lambda: self.account.credential().get_token(SCOPE), "GetToken")

@@ -120,11 +120,14 @@ class GCPProvider(VMProvider):
 
     # -- discovery ---------------------------------------------------------------------------------------
     def check(self) -> str | None:
-        try:
-            import google.cloud.compute_v1  # noqa: F401
-            import paramiko  # noqa: F401
-        except ImportError as e:
-            return f"{e.name} is not installed (pip install launchpad-gcp)"
+        import importlib.util
+
+        for module in ("google.cloud.compute_v1", "paramiko"):  # found, not imported: the SDK is slow to import
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return f"{module} is not installed (pip install launchpad-gcp)"
+            except ModuleNotFoundError:
+                return f"{module} is not installed (pip install launchpad-gcp)"
         try:
             self.project()
             if not self.zones():

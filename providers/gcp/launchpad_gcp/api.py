@@ -58,6 +58,9 @@ def credentials(project: str | None = None) -> tuple[Any, str | None]:
     except ImportError:
         raise NotConfigured("google-cloud-compute is not installed", provider=NAME,
                             hint="pip install launchpad-gcp") from None
+    if not _any_credential_source():  # say so at once: google-auth would first probe the metadata server
+        raise NotConfigured("no Google Cloud credentials (Application Default Credentials) found", provider=NAME,
+                            hint=_ADC_HINT)
     try:
         creds, found = google.auth.default(scopes=SCOPES, quota_project_id=None)
     except DefaultCredentialsError as e:
@@ -65,6 +68,21 @@ def credentials(project: str | None = None) -> tuple[Any, str | None]:
         raise NotConfigured(f"no Google Cloud credentials (Application Default Credentials): {first}",
                             provider=NAME, hint=_ADC_HINT) from None
     return creds, project or found or os.environ.get("GOOGLE_CLOUD_PROJECT")
+
+
+def _any_credential_source() -> bool:
+    """Is there anything ADC could find? A key file, gcloud's ADC file, a metadata server named by env, or
+    this machine being a GCE VM (its DMI product name, as google-auth itself checks on Linux)."""
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or os.environ.get("GCE_METADATA_HOST"):
+        return True
+    gcloud = os.environ.get("CLOUDSDK_CONFIG") or os.path.join(os.path.expanduser("~"), ".config", "gcloud")
+    if os.path.exists(os.path.join(gcloud, "application_default_credentials.json")):
+        return True
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return f.read().strip().startswith("Google")
+    except OSError:
+        return os.name == "nt"  # no DMI to read: let google-auth decide
 
 
 def client(kind: str, creds: Any, endpoint: str | None):
