@@ -75,7 +75,7 @@ class JobSpec:
     deepspeed_config: Mapping[str, Any] | None = None
     env_names: tuple[str, ...] = ()
     autostop: AutostopSpec = field(default_factory=AutostopSpec)
-    preemption: tuple[str, ...] = ()  # notice sources the agent polls: "aws", "gcp"
+    preemption: tuple[str, ...] = ()  # notice sources the agent polls: "aws", "gcp", "azure"
     preemption_poll_seconds: float = 2.0
     preemption_save_seconds: float = 110.0
     mount_nvme: bool = False  # may the agent format and mount an empty NVMe disk?
