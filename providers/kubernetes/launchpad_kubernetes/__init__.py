@@ -1,0 +1,437 @@
+# mypy: disable-error-code="import-untyped"
+# (the kubernetes client ships no type information)
+"""The `kubernetes` provider: any GPU cluster your kubeconfig reaches (CoreWeave's per-model GPU resource
+names included); one batch/v1 Job per attempt.
+
+**How the agent gets into the pod.** The Job's container runs a small bootstrap as PID 1
+(launchpad_kubernetes.manifests.BOOTSTRAP, readable in ``launchpad up --dry-run``). `VMProvider` then does
+on the pod exactly what it does on a VM, through an exec-based `CommandRunner` (launchpad_kubernetes.execrunner)
+instead of SSH: it syncs the wheel, the job spec and the recipe into the pod's scratch volume, prepares
+the venv, and `train` starts the agent through exec (the recipe's resolved env over the exec's stdin,
+never in a manifest). This is the simpler of the two correct designs: the bootstrap need not know how to
+start an agent, and progress/logs/checkpoint/salvage are VMProvider's unchanged. The bootstrap only keeps
+the pod alive while an agent runs there and ends it otherwise, which is what makes
+**idle auto-stop = the Job ends**: the agent's idle watchdog runs ``touch <root>/STOP`` (its autostop
+command), the bootstrap exits 0, the pod Succeeds, the Job completes and the scheduler frees the GPUs;
+a pod whose client never synced (or whose agent died) ends by itself after the set-up / idle time.
+
+**Preemption**: a deleted or evicted pod gets SIGTERM; the bootstrap asks the trainer to save now
+(SAVE_NOW) while the grace period lasts. The Job has ``backoffLimit: 0``, so a lost pod is not replaced
+behind launchpad's back: `status` says PREEMPTED and the lifecycle resumes from the newest checkpoint.
+
+**Scheduling is explained, not waited on**: `provision` waits at most ``schedule_timeout`` s for the pod
+to be bound to a node; FailedScheduling events (insufficient ``nvidia.com/gpu-...``, taints, affinity)
+and quota refusals (FailedCreate) become one-line `NoCapacity`/`QuotaExceeded` errors, and the Job is
+deleted, so failover moves on.
+
+Idempotence: attempt `token` -> Job ``lp-<hash(token)>``; a repeated create is a 409, reconciled by
+name and label. Every object carries ``launchpad-job=<job id>``; `instances()` lists Jobs by that label,
+so `down --all` and the reaper work without the state DB. Teardown deletes with
+``propagationPolicy: Foreground`` (pods and the attempt's Secret go with the Job).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from launchpad.errors import ConfigError, LaunchpadError, NoCapacity, NotYetTerminated, ProviderError, QuotaExceeded
+from launchpad.models import JOB_TAG, Capability, Instance, InstanceSpec, InstanceState, Offer, TeardownMode
+from launchpad.plugins import hookimpl
+from launchpad.vm import VMProvider
+
+from .cluster import NAME, Cluster, Shape, contexts
+from .manifests import (
+    ANN_JOB,
+    ANN_OFFER,
+    ANN_ROOT,
+    ANN_TOKEN,
+    ATTEMPT_LABEL,
+    CONTAINER,
+    job_manifest,
+    job_name,
+    labels,
+    render_yaml,
+    secret_manifest,
+    secret_name,
+)
+
+log = logging.getLogger("launchpad.kubernetes")
+
+DEFAULT_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"  # has python3; launchpad brings the rest
+DEFAULT_MOUNT = "/launchpad"
+_COUNTS = (1, 2, 4, 8, 16)
+_FAILING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+            "CreateContainerError", "CrashLoopBackOff")
+__all__ = ["KubernetesProvider", "job_name"]
+
+
+@hookimpl
+def launchpad_register_providers(register):
+    register(KubernetesProvider)
+
+
+class KubernetesProvider(VMProvider):
+    name = NAME
+    unsupported = {
+        Capability.STOP: "a Kubernetes Job cannot be stopped and started again: it ends (its GPUs are freed) or is deleted",
+        Capability.SPOT: "launchpad does not tell a cluster's preemptible nodes apart (a lost pod is resumed all the same)",
+        Capability.MULTI_NODE: "launchpad's kubernetes provider runs single-pod Jobs so far (no Indexed Job yet)",
+    }
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.config.setdefault("systemd", False)  # a container has no systemd: the agent starts in a new session
+        self._clusters: dict[str, Cluster] | None = None
+
+    # -- clusters --------------------------------------------------------------------------------------
+    def clusters(self) -> dict[str, Cluster]:
+        """The contexts named by config (`contexts:` or `context:`), else the kubeconfig's current one."""
+        if self._clusters is None:
+            found, current = contexts(self.config.get("kubeconfig"))
+            by_name = {c["name"]: c for c in found}
+            wanted = self.config.get("contexts") or ([self.config["context"]] if self.config.get("context") else None)
+            if not wanted:
+                if not current:
+                    raise ConfigError("the kubeconfig has no current context",
+                                      hint="set `context:` under providers: kubernetes: in config.yaml")
+                wanted = [current["name"]]
+            missing = [w for w in wanted if w not in by_name]
+            if missing:
+                raise ConfigError(f"kubeconfig has no context {', '.join(missing)} (it has: {', '.join(sorted(by_name))})")
+            per = self.config.get("clusters") or {}
+            base = {k: v for k, v in self.config.items() if k not in ("clusters", "contexts", "context")}
+            self._clusters = {w: Cluster(w, {**base, **(per.get(w) or {})},
+                                         (by_name[w].get("context") or {}).get("namespace")) for w in wanted}
+        return self._clusters
+
+    def cluster(self, context: str | None) -> Cluster:
+        clusters = self.clusters()
+        if context not in clusters:
+            raise ProviderError(f"context {context!r} is not configured (configured: {', '.join(clusters)})", provider=NAME)
+        return clusters[context]
+
+    def _cluster_of(self, instance: Instance) -> Cluster:
+        return self.cluster(instance.data.get("context") or (instance.offer.region if instance.offer else None))
+
+    # -- discovery -------------------------------------------------------------------------------------------
+    def check(self) -> str | None:
+        try:
+            import kubernetes  # noqa: F401
+        except ImportError:
+            return "the kubernetes client is not installed (pip install launchpad-kubernetes)"
+        try:
+            problems = []
+            for c in self.clusters().values():
+                try:
+                    self._probe(c)
+                except LaunchpadError as e:
+                    problems.append(str(e).splitlines()[0])
+            if len(problems) == len(self.clusters()):
+                return "; ".join(problems)
+        except LaunchpadError as e:
+            return str(e).splitlines()[0]
+        except Exception as e:  # check() never raises
+            return f"Kubernetes is not reachable: {e}".splitlines()[0]
+        return None
+
+    def _probe(self, c: Cluster) -> str:
+        from kubernetes import client
+
+        version = c.call("version", client.VersionApi(c.client()).get_code)
+        c.call(f"list jobs in namespace {c.namespace}", c.batch().list_namespaced_job, c.namespace, limit=1)
+        return str(version.git_version)
+
+    def describe(self) -> str | None:
+        parts = []
+        for c in self.clusters().values():
+            try:
+                parts.append(f"context {c.context} (namespace {c.namespace}, Kubernetes {self._probe(c)})")
+            except LaunchpadError as e:
+                parts.append(f"context {c.context}: not reachable ({e})")
+        priced = any(c.settings.get("prices") or any("price_per_gpu_hour" in (g or {}) for g in c.settings.get("gpus") or [])
+                     for c in self.clusters().values())
+        return "; ".join(parts) + ("" if priced else "; prices 0 (set `prices:` per GPU-hour to rank by cost)")
+
+    def offers(self) -> list[Offer]:
+        out = []
+        for c in self.clusters().values():
+            for shape in c.shapes():
+                counts = sorted({n for n in _COUNTS if n <= shape.count} | {shape.count})
+                for n in counts:
+                    share = n / shape.count
+                    out.append(Offer(provider=NAME, instance_type=f"{shape.product}x{n}", region=c.context,
+                                     gpu=shape.gpu, gpu_count=n, gpu_memory_gb=shape.memory_gb,
+                                     vcpus=round(shape.vcpus * share, 1), memory_gb=round(shape.host_memory_gb * share, 1),
+                                     price_per_hour=round(shape.price_per_gpu * n, 4),
+                                     nvme_gb=float(c.settings.get("nvme_gb") or 0) if self._scratch(c).get("hostPath") else 0.0))
+        return out
+
+    def _shape(self, c: Cluster, offer: Offer) -> Shape:
+        for shape in c.shapes():
+            if offer.instance_type.startswith(f"{shape.product}x") and offer.gpu_count <= shape.count:
+                return shape
+        raise NoCapacity(f"{c.context}: no node offers {offer.instance_type} any more", provider=NAME)
+
+    # -- manifests -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _scratch(c: Cluster) -> dict[str, Any]:
+        return dict(c.settings.get("scratch") or {})
+
+    def _forwarded(self, c: Cluster) -> list[str]:
+        return [str(n) for n in c.settings.get("forward_env") or []]
+
+    def manifests(self, offer: Offer, spec: InstanceSpec, *, values: dict[str, str] | None = None) -> list[dict]:
+        """[Secret (if `forward_env`), Job] of this attempt; secret values are shown as placeholders unless
+        `values` are given (they are only at `provision`)."""
+        c = self.cluster(offer.region)
+        shape = self._shape(c, offer)
+        name = job_name(spec.token)
+        forwarded = self._forwarded(c)
+        idle = 60.0 * float(spec.autostop_idle_minutes if spec.autostop_idle_minutes is not None else 30)
+        job = job_manifest(
+            name=name, namespace=c.namespace, job_id=spec.job_id, token=spec.token, tags=spec.tags,
+            offer_label=offer.instance_type, image=str(c.settings.get("image") or DEFAULT_IMAGE),
+            python=str(c.settings.get("python") or "python3"), mount_path=str(c.settings.get("mount_path") or DEFAULT_MOUNT),
+            gpu_resource=shape.resource, gpu_count=offer.gpu_count, node_label=shape.label,
+            node_values=[shape.product] if shape.label else [],
+            node_selector={**(c.settings.get("node_selector") or {}), **shape.node_selector},
+            tolerations=list(c.settings.get("tolerations") or []),
+            requests={str(k): str(v) for k, v in (c.settings.get("requests") or {}).items()},
+            limits={str(k): str(v) for k, v in (c.settings.get("limits") or {}).items()},
+            secrets=[str(s) for s in c.settings.get("secrets") or []],
+            secret_env={str(k): str(v) for k, v in (c.settings.get("secret_env") or {}).items()},
+            forwarded=forwarded, idle_seconds=float(c.settings.get("idle_seconds") or idle),
+            setup_seconds=float(c.settings.get("setup_timeout") or 1800),
+            grace_seconds=int(c.settings.get("grace_seconds") or 60), scratch=self._scratch(c),
+            service_account=c.settings.get("service_account"),
+            ttl_seconds=int(c.settings.get("ttl_after_finished", 86400)),
+            image_pull_secrets=[str(s) for s in c.settings.get("image_pull_secrets") or []])
+        docs = [job]
+        if forwarded:
+            shown = values if values is not None else {n: f"(the value of ${n} on the client at launch)" for n in forwarded}
+            docs.insert(0, secret_manifest(name=name, namespace=c.namespace, job_id=spec.job_id, token=spec.token,
+                                           values=shown))
+        return docs
+
+    def render(self, offer: Offer, spec: InstanceSpec) -> str | None:
+        return render_yaml(self.manifests(offer, spec))
+
+    # -- provisioning --------------------------------------------------------------------------------------
+    def provision(self, offer: Offer, spec: InstanceSpec) -> Instance:
+        c = self.cluster(offer.region)
+        forwarded = self._forwarded(c)
+        missing = [n for n in forwarded if n not in os.environ]
+        if missing:
+            raise ConfigError(f"forward_env: {', '.join(missing)} not set in this environment (export them first)")
+        docs = self.manifests(offer, spec, values={n: os.environ[n] for n in forwarded})
+        job_doc = docs[-1]
+        name = job_doc["metadata"]["name"]
+        batch, core = c.batch(), c.core()
+        self._warn_leaks(c, spec)
+        job = c.call(f"read job {name}", batch.read_namespaced_job, name, c.namespace, not_found=None)
+        if job is None:
+            try:
+                job = c.call(f"create job {name}", batch.create_namespaced_job, c.namespace, job_doc)
+            except ProviderError as e:
+                if "already exists" not in str(e):
+                    raise
+                job = c.call(f"read job {name}", batch.read_namespaced_job, name, c.namespace)
+        annotations = job.metadata.annotations or {}
+        if annotations.get(ANN_TOKEN) != spec.token:
+            raise ProviderError(f"{c.context}: job {name} exists and is not launchpad's attempt {spec.token}", provider=NAME)
+        if forwarded:
+            secret = docs[0]
+            secret["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                                      "uid": job.metadata.uid, "blockOwnerDeletion": False}]
+            try:
+                c.call("create secret", core.create_namespaced_secret, c.namespace, secret)
+            except ProviderError as e:
+                if "already exists" not in str(e):
+                    raise
+        state = self._await_scheduled(c, name, spec.token)
+        data = {"context": c.context, "namespace": c.namespace, "name": name, "token": spec.token,
+                "root": annotations.get(ANN_ROOT), "python": c.settings.get("python") or "python3"}
+        return Instance(provider=NAME, id=name, job_id=spec.job_id, state=state, offer=offer, created_at=time.time(),
+                        data=data)
+
+    def _warn_leaks(self, c: Cluster, spec: InstanceSpec) -> None:
+        found = c.call("list jobs", c.batch().list_namespaced_job, c.namespace,
+                       label_selector=f"{JOB_TAG}={labels(spec.job_id, spec.token)[JOB_TAG]}")
+        others = [j.metadata.name for j in found.items if (j.metadata.annotations or {}).get(ANN_TOKEN) != spec.token
+                  and _job_state(j) in (InstanceState.PENDING, InstanceState.RUNNING)]
+        if others:
+            log.warning("kubernetes: job %s has other live Jobs in %s/%s: %s (`launchpad down %s` removes them)",
+                        spec.job_id, c.context, c.namespace, ", ".join(others), spec.job_id)
+
+    def _pods(self, c: Cluster, token_hash: str) -> list:
+        return list(c.call("list pods", c.core().list_namespaced_pod, c.namespace,
+                           label_selector=f"{ATTEMPT_LABEL}={token_hash}").items)
+
+    def _await_scheduled(self, c: Cluster, name: str, token: str) -> InstanceState:
+        """Wait (at most `schedule_timeout` s) until the Job's pod is bound to a node. What keeps it from
+        being scheduled -- the scheduler's FailedScheduling message, or a quota refusal of the pod --
+        becomes a one-line NoCapacity (and the Job is deleted)."""
+        timeout = float(c.settings.get("schedule_timeout") or 120)
+        deadline = time.monotonic() + timeout
+        token_hash = labels("x", token)[ATTEMPT_LABEL]
+        why = None
+        while True:
+            pods = self._pods(c, token_hash)
+            for pod in pods:
+                if pod.spec.node_name or pod.status.phase in ("Running", "Succeeded", "Failed"):
+                    return InstanceState.RUNNING if pod.status.phase == "Running" else InstanceState.PENDING
+            for pod in pods:
+                why = self._event(c, "Pod", pod.metadata.name, "FailedScheduling") or why
+            failed_create = self._event(c, "Job", name, "FailedCreate")
+            if failed_create and "exceeded quota" in failed_create:
+                self._delete(c, name)
+                raise QuotaExceeded(f"{c.context}/{c.namespace}: {failed_create}", provider=NAME, scope="region")
+            if time.monotonic() > deadline:
+                self._delete(c, name)
+                reason = why or failed_create or "no pod was created"
+                raise NoCapacity(f"{c.context}: the pod was not scheduled within {timeout:.0f} s: {reason}", provider=NAME)
+            time.sleep(float(c.settings.get("poll_seconds") or 1))
+
+    def _event(self, c: Cluster, kind: str, name: str, reason: str) -> str | None:
+        found = c.call("list events", c.core().list_namespaced_event, c.namespace,
+                       field_selector=f"involvedObject.kind={kind},involvedObject.name={name},reason={reason}")
+        items = list(found.items)  # oldest first, as the API lists them
+        return " ".join(str(items[-1].message or reason).split()) if items else None
+
+    # -- teardown / status / instances ---------------------------------------------------------------------
+    def _delete(self, c: Cluster, name: str) -> None:
+        from kubernetes import client
+
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        c.call(f"delete job {name}", c.batch().delete_namespaced_job, name, c.namespace, body=body, not_found=None)
+        c.call(f"delete secret {secret_name(name)}", c.core().delete_namespaced_secret, secret_name(name), c.namespace,
+               not_found=None)
+
+    def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
+        """Delete the Job (a Job cannot be stopped: STOP ends it the same way). Waits up to `teardown_wait`
+        s for it and its pod to be gone, then says NotYetTerminated (the caller polls)."""
+        c = self._cluster_of(instance)
+        name = str(instance.data.get("name") or instance.id)
+        self.drop_connection(instance)
+        self._delete(c, name)
+        deadline = time.monotonic() + float(c.settings.get("teardown_wait") or 90)
+        while c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace, not_found=None) is not None:
+            if time.monotonic() > deadline:
+                raise NotYetTerminated(f"{name}: deletion accepted, its pod is still terminating", provider=NAME)
+            time.sleep(0.5)
+
+    def status(self, instance: Instance) -> InstanceState:
+        c = self._cluster_of(instance)
+        name = str(instance.data.get("name") or instance.id)
+        job = c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace, not_found=None)
+        if job is None:
+            return InstanceState.TERMINATED
+        state = _job_state(job)
+        if state is not InstanceState.RUNNING:
+            return state
+        pods = self._pods(c, job.metadata.labels.get(ATTEMPT_LABEL, ""))
+        live = [p for p in pods if not p.metadata.deletion_timestamp]
+        if not pods:
+            return InstanceState.PREEMPTED if (job.status.failed or 0) else InstanceState.PENDING
+        if not live:
+            return InstanceState.PREEMPTED  # its pod is being deleted or evicted, not by launchpad
+        phase = live[0].status.phase
+        return {"Running": InstanceState.RUNNING, "Pending": InstanceState.PENDING,
+                "Succeeded": InstanceState.TERMINATED}.get(phase, InstanceState.PREEMPTED)
+
+    def instances(self) -> list[Instance]:
+        out = []
+        for c in self.clusters().values():
+            found = c.call("list jobs", c.batch().list_namespaced_job, c.namespace, label_selector=JOB_TAG)
+            for job in sorted(found.items, key=lambda j: j.metadata.name):
+                ann = job.metadata.annotations or {}
+                job_id = ann.get(ANN_JOB) or job.metadata.labels.get(JOB_TAG)
+                created = job.metadata.creation_timestamp
+                out.append(Instance(
+                    provider=NAME, id=job.metadata.name, job_id=job_id, state=_job_state(job),
+                    offer=Offer(NAME, ann.get(ANN_OFFER, "unknown"), c.context),
+                    created_at=created.timestamp() if hasattr(created, "timestamp") else None,
+                    data={"context": c.context, "namespace": c.namespace, "name": job.metadata.name,
+                          "token": ann.get(ANN_TOKEN), "root": ann.get(ANN_ROOT),
+                          "python": c.settings.get("python") or "python3"}))
+        return out
+
+    # -- reaching the pod ------------------------------------------------------------------------------------
+    def transport(self, instance: Instance):
+        """An exec session into the attempt's pod once it runs (waits while it is pending, up to `boot_timeout`)."""
+        from .execrunner import KubeExec
+
+        c = self._cluster_of(instance)
+        name = str(instance.data.get("name") or instance.id)
+        token_hash = labels("x", str(instance.data.get("token") or ""))[ATTEMPT_LABEL]
+        deadline = time.monotonic() + float(c.settings.get("boot_timeout") or 600)
+        while True:
+            pods = [p for p in self._pods(c, token_hash) if not p.metadata.deletion_timestamp]
+            pod = pods[0] if pods else None
+            if pod is not None and pod.status.phase == "Running":
+                return KubeExec(c.core(), c.namespace, pod.metadata.name, CONTAINER,
+                                label=f"{c.context}/{c.namespace}/{pod.metadata.name}")
+            if pod is not None and pod.status.phase in ("Succeeded", "Failed"):
+                raise ProviderError(f"{name}: its pod {pod.metadata.name} has ended ({pod.status.phase}): "
+                                    f"{self._log_tail(c, pod.metadata.name)}", provider=NAME)
+            waiting = _waiting(pod) if pod is not None else None
+            if waiting and waiting[0] in _FAILING:
+                raise ProviderError(f"{name}: its pod cannot start: {waiting[0]}: {waiting[1]}", provider=NAME)
+            if pod is None and c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace,
+                                      not_found=None) is None:
+                raise ProviderError(f"{name} is gone (deleted)", provider=NAME)
+            if time.monotonic() > deadline:
+                raise ProviderError(f"{name}: its pod did not start in time"
+                                    f"{': ' + ' '.join(waiting) if waiting else ''}", provider=NAME)
+            time.sleep(float(c.settings.get("poll_seconds") or 1))
+
+    def _log_tail(self, c: Cluster, pod: str) -> str:
+        try:
+            text = c.call("read log", c.core().read_namespaced_pod_log, pod, c.namespace, container=CONTAINER,
+                          tail_lines=3)
+        except LaunchpadError:
+            return "(no log)"
+        return " | ".join(str(text).strip().splitlines()[-3:]) or "(no log)"
+
+    # -- the job in the pod ----------------------------------------------------------------------------------
+    def remote_root(self, instance: Instance) -> str:
+        root = instance.data.get("root")
+        if not root:
+            raise ProviderError(f"{instance.id}: its root in the pod is not known", provider=NAME)
+        return str(root)
+
+    def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
+        root = self.remote_root(instance)
+        scratch = self._scratch(self._cluster_of(instance))
+        # the idle watchdog ends the pod (so the Job completes and its GPUs are freed): see BOOTSTRAP
+        return {"autostop": {"command": ["touch", f"{root}/STOP"], "action": "terminate"}, "mount_nvme": False,
+                "expect_nvme": bool(scratch.get("hostPath")), "preemption": []}
+
+    def checkpoint_uri_for(self, instance: Instance) -> str | None:
+        return self.default_checkpoint_uri()
+
+    def default_checkpoint_uri(self) -> str | None:
+        return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None
+
+
+def _waiting(pod) -> tuple[str, str] | None:
+    for cs in (pod.status.container_statuses or []) if pod.status else []:
+        w = cs.state.waiting if cs.state else None
+        if w is not None and w.reason:
+            return str(w.reason), " ".join(str(w.message or "").split())
+    return None
+
+
+def _job_state(job) -> InstanceState:
+    """What a Job's own status says: ended (Complete: the GPUs are free), lost (Failed), or running."""
+    if job.metadata.deletion_timestamp:
+        return InstanceState.RUNNING  # its pod may still be terminating: teardown polls
+    for cond in job.status.conditions or [] if job.status else []:
+        if cond.status == "True" and cond.type == "Complete":
+            return InstanceState.TERMINATED
+        if cond.status == "True" and cond.type == "Failed":
+            return InstanceState.PREEMPTED
+    return InstanceState.RUNNING
