@@ -54,6 +54,12 @@ class Provider(ABC):
     def supports(self, capability: Capability) -> bool:
         return capability not in self.unsupported
 
+    def render(self, offer: Offer, spec: InstanceSpec) -> str | None:
+        """What `provision(offer, spec)` would create, as text an administrator can read before anything
+        runs (Kubernetes: the manifests as YAML), creating nothing (``launchpad up --dry-run``). Default:
+        None, this provider has nothing to show."""
+        return None
+
     def default_checkpoint_uri(self) -> str | None:
         """Where checkpoints go when the recipe names no `checkpoint.uri`; None = the recipe must name one."""
         return None

@@ -115,10 +115,12 @@ def _recovery_flags(fn):
 @click.option("--strict", is_flag=True,
               help="Multi-node: fail before training (nothing left running) when the preflight's all-reduce "
                    "measures under 60% of the bandwidth the interconnect promises, instead of warning.")
+@click.option("--dry-run", is_flag=True,
+              help="Plan, then print what the best offer's provider would create (e.g. Kubernetes manifests) and stop.")
 @_recovery_flags
 @json_option
 def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: str, strict: bool, recover: bool,
-       max_restarts: int | None, strategy: str | None, as_json: bool) -> None:
+       max_restarts: int | None, strategy: str | None, as_json: bool, dry_run: bool = False) -> None:
     """Plan, provision, sync, train and checkpoint a recipe; tear down when done."""
     from pathlib import Path
 
@@ -130,12 +132,35 @@ def up(recipe: str, provider: str | None, detach: bool, smoke: bool, minimize: s
     r = _load(recipe)  # validation first: a bad recipe never reaches a provider
     text = Path(recipe).read_text(encoding="utf-8")
     lc = open_lifecycle(as_json, only=None)
+    if dry_run:
+        return _dry_run(lc, r, provider, minimize, as_json)
     lc.strict = strict
     job_id = lc.submit(r, text, provider=provider, max_steps=10 if smoke else None, minimize=minimize, options=options)
     if not as_json:
         console().print(f"[bold]job[/] {esc(job_id)}")
     job = run_reported(lc, as_json, lambda: lc.run(job_id, detach=detach))
     _print_outcome(job, as_json, detach)
+
+
+def _dry_run(lc, r, provider: str | None, minimize: str, as_json: bool) -> None:
+    """`up --dry-run`: the plan's best offer and what its provider would create there (Provider.render)."""
+    from ..lifecycle import new_job_id
+    from ..models import JOB_TAG, InstanceSpec, TeardownMode
+
+    planned = lc.plan(r, provider=provider, minimize=minimize)
+    offer = planned.ranked[0].offer
+    job_id = new_job_id(r.name)
+    spec = InstanceSpec(job_id=job_id, token=f"{job_id}-dryrun", tags={JOB_TAG: job_id}, nodes=r.resources.nodes,
+                        disk=r.resources.disk, autostop_idle_minutes=r.autostop.idle_minutes,
+                        autostop_action=TeardownMode(r.autostop.action), disk_gb=planned.need.disk_gb)
+    text = lc.provider(offer.provider).render(offer, spec)
+    if as_json:
+        emit_json({"offer": offer.to_dict(), "provider": offer.provider, "render": text})
+    elif text is None:
+        err_console().print(f"{esc(offer.label)}: the {esc(offer.provider)} provider has nothing to show before it runs")
+    else:
+        err_console().print(f"# dry run: {esc(offer.label)}; nothing was created")
+        click.echo(text, nl=not text.endswith("\n"))
 
 
 @cli.command()

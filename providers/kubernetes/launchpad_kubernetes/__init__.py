@@ -118,6 +118,10 @@ class KubernetesProvider(VMProvider):
 
     # -- discovery -------------------------------------------------------------------------------------------
     def check(self) -> str | None:
+        paths = str(self.config.get("kubeconfig") or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
+        if not any(os.path.isfile(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p):
+            # before importing the client (~1 s): `check` runs for every installed provider
+            return f"no kubeconfig at {paths} (set KUBECONFIG, or `kubeconfig:` under providers: kubernetes:)"
         try:
             import kubernetes  # noqa: F401
         except ImportError:
@@ -368,6 +372,7 @@ class KubernetesProvider(VMProvider):
         name = str(instance.data.get("name") or instance.id)
         token_hash = labels("x", str(instance.data.get("token") or ""))[ATTEMPT_LABEL]
         deadline = time.monotonic() + float(c.settings.get("boot_timeout") or 600)
+        since: float | None = None
         while True:
             pods = [p for p in self._pods(c, token_hash) if not p.metadata.deletion_timestamp]
             pod = pods[0] if pods else None
@@ -378,11 +383,18 @@ class KubernetesProvider(VMProvider):
                 raise ProviderError(f"{name}: its pod {pod.metadata.name} has ended ({pod.status.phase}): "
                                     f"{self._log_tail(c, pod.metadata.name)}", provider=NAME)
             waiting = _waiting(pod) if pod is not None else None
-            if waiting and waiting[0] in _FAILING:
+            failing = waiting is not None and waiting[0] in _FAILING
+            since = (since or time.monotonic()) if failing else None
+            # the kubelet retries (an image pull that flaked; the attempt's own Secret, made just after its
+            # Job): a reason that persists for `start_grace` s is the answer, not a wait until boot_timeout
+            if failing and waiting and time.monotonic() - (since or 0) > float(c.settings.get("start_grace") or 30):
                 raise ProviderError(f"{name}: its pod cannot start: {waiting[0]}: {waiting[1]}", provider=NAME)
-            if pod is None and c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace,
-                                      not_found=None) is None:
-                raise ProviderError(f"{name} is gone (deleted)", provider=NAME)
+            if pod is None:
+                job = c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace, not_found=None)
+                if job is None:
+                    raise ProviderError(f"{name} is gone (deleted)", provider=NAME)
+                if _job_state(job) is not InstanceState.RUNNING:
+                    raise ProviderError(f"{name} has ended and its pod is gone", provider=NAME)
             if time.monotonic() > deadline:
                 raise ProviderError(f"{name}: its pod did not start in time"
                                     f"{': ' + ' '.join(waiting) if waiting else ''}", provider=NAME)

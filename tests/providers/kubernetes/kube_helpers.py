@@ -39,7 +39,7 @@ def settings(tmp_path: Path, kubeconfig: Path, **extra) -> dict:
     cfg = {
         "kubeconfig": str(kubeconfig), "image": "launchpad-test:local", "python": sys.executable,
         "mount_path": str(tmp_path / "mnt"), "schedule_timeout": 3, "boot_timeout": 30, "grace_seconds": 3,
-        "poll_seconds": 0.2, "teardown_wait": 30, "prices": {"A100": 1.6, "T4": 0.35, "H100": 4.0},
+        "poll_seconds": 0.2, "teardown_wait": 30, "start_grace": 1.5, "prices": {"A100": 1.6, "T4": 0.35, "H100": 4.0},
         "checkpoint_uri": f"file://{tmp_path / 'store'}",
     }
     cfg.update(extra)
