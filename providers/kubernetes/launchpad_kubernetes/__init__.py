@@ -75,8 +75,11 @@ def launchpad_register_providers(register):
 
 class KubernetesProvider(VMProvider):
     name = NAME
+    # Not in `unsupported`: STOP. A Job cannot be paused, so stop == the Job ends (its GPUs are freed, its
+    # scratch volume goes; nothing bills), and `resume` continues from the store's newest checkpoint. (Listing
+    # it would also reject every offer for a resumed job: its recipe, read back from the job spec, always
+    # "sets" autostop.action.)
     unsupported = {
-        Capability.STOP: "a Kubernetes Job cannot be stopped and started again: it ends (its GPUs are freed) or is deleted",
         Capability.SPOT: "launchpad does not tell a cluster's preemptible nodes apart (a lost pod is resumed all the same)",
         Capability.MULTI_NODE: "launchpad's kubernetes provider runs single-pod Jobs so far (no Indexed Job yet)",
     }
@@ -315,7 +318,7 @@ class KubernetesProvider(VMProvider):
                not_found=None)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
-        """Delete the Job (a Job cannot be stopped: STOP ends it the same way). Waits up to `teardown_wait`
+        """Delete the Job (a Job cannot be paused: STOP ends it the same way). Waits up to `teardown_wait`
         s for it and its pod to be gone, then says NotYetTerminated (the caller polls)."""
         c = self._cluster_of(instance)
         name = str(instance.data.get("name") or instance.id)

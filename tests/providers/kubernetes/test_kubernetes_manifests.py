@@ -43,8 +43,10 @@ def test_job_and_secret_validate_and_name_secrets_only_by_reference(k8s, kube_co
     assert "never-in-a-manifest" not in json.dumps(docs)  # a placeholder: the value exists only at provision
 
 
-def test_up_dry_run_prints_manifests_that_validate(kube_config, kube, launchpad_home):
+def test_up_dry_run_prints_manifests_that_validate(kube_config, kube, launchpad_home, monkeypatch):
     from launchpad.cli import cli
+
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # the aws provider's check would ask the IMDS
 
     res = CliRunner().invoke(cli, ["up", "recipes/smoke-lora.yaml", "--provider", "kubernetes", "--dry-run"])
     assert res.exit_code == 0, res.output
