@@ -71,3 +71,17 @@ def test_reap_cronjob_validates_and_shares_the_label_conventions(k8s, kube_confi
     job = k8s.manifests(k8s.offers()[0], InstanceSpec(job_id="j", token="j-1"))[-1]
     assert "app.kubernetes.io/name" in cron["metadata"]["labels"] and set(APP_LABELS) <= set(job["metadata"]["labels"])
     assert JOB_TAG not in cron["metadata"]["labels"]  # the reaper is not a job's resource: it never reaps itself
+
+
+def test_the_readme_role_validates_and_covers_what_the_provider_calls():
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[3].joinpath("README.md").read_text()
+    section = text.split("## Kubernetes (CoreWeave and any GPU cluster)", 1)[1].split("\n## ", 1)[0]
+    block = section.split("**Least privilege**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    role = yaml.safe_load(block)
+    validate(role)
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    needed = {("batch", "jobs", "create"), ("batch", "jobs", "delete"), ("batch", "jobs", "list"), ("", "pods", "list"),
+              ("", "pods/exec", "create"), ("", "pods/exec", "get"), ("", "events", "list"), ("", "secrets", "create")}
+    assert needed <= granted
