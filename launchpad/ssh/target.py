@@ -10,6 +10,7 @@ import getpass
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -110,3 +111,27 @@ def _jump(spec: str, cfg, fallback_key: str | None, timeout: float, via: str) ->
 
 def with_timeout(target: SSHTarget, seconds: float) -> SSHTarget:
     return replace(target, connect_timeout=seconds)
+
+
+MY_IP_URL = "https://checkip.amazonaws.com"  # what the AWS console's "My IP" asks; answers one bare address
+
+
+@lru_cache(maxsize=8)
+def _public_address(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode().strip()
+
+
+def ssh_cidrs(configured, provider: str, *, url: str = MY_IP_URL) -> list[str]:
+    """Who may reach a cloud machine's port 22: the provider's `ssh_cidr` setting (a CIDR or a list), else
+    this machine's public address as a /32 (asked once per process). ConfigError naming the setting when
+    the address cannot be found."""
+    if configured:
+        return [configured] if isinstance(configured, str) else [str(c) for c in configured]
+    try:
+        return [f"{_public_address(url)}/32"]
+    except Exception as e:
+        raise ConfigError(f"cannot find this machine's public address for the SSH rule ({e})",
+                          hint=f"set providers.{provider}.ssh_cidr in config.yaml, e.g. 203.0.113.7/32") from None

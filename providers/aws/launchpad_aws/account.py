@@ -13,11 +13,10 @@ import hashlib
 import json
 import logging
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import ConfigError, NoCapacity, ProviderError
+from launchpad.errors import NoCapacity, ProviderError
 
 from .api import NAME, call
 
@@ -66,22 +65,10 @@ class Account:
                                                      "GetCallerIdentity")["Account"])
 
     def ssh_cidrs(self) -> list[str]:
-        """Who may reach port 22: `ssh_cidr` from config (a CIDR or a list), else this machine's public
-        address (asked of checkip.amazonaws.com, as the AWS console's "My IP" does) as a /32."""
-        configured = self.p.config.get("ssh_cidr")
-        if configured:
-            return [configured] if isinstance(configured, str) else [str(c) for c in configured]
+        """Who may reach port 22 (launchpad.ssh.target.ssh_cidrs: `ssh_cidr`, else this machine's address)."""
+        from launchpad.ssh.target import ssh_cidrs
 
-        def ask() -> list[str]:
-            try:
-                with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=5) as r:
-                    ip = r.read().decode().strip()
-            except Exception as e:
-                raise ConfigError(f"cannot find this machine's public address for the SSH rule ({e})",
-                                  hint="set providers.aws.ssh_cidr in config.yaml, e.g. 203.0.113.7/32") from None
-            return [f"{ip}/32"]
-
-        return self._memo(("cidr",), ask)
+        return ssh_cidrs(self.p.config.get("ssh_cidr"), "aws")
 
     # -- key pair ------------------------------------------------------------------------------------
     def key_path(self) -> Path:

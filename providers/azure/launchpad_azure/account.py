@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.request
 import uuid
 from functools import partial
 from pathlib import Path
@@ -136,22 +135,10 @@ class Account:
 
     # -- identity, key, image ----------------------------------------------------------------------------
     def ssh_cidrs(self) -> list[str]:
-        """Who may reach port 22: `ssh_cidr` from config (a CIDR or a list), else this machine's public
-        address as a /32."""
-        configured = self.p.config.get("ssh_cidr")
-        if configured:
-            return [configured] if isinstance(configured, str) else [str(c) for c in configured]
+        """Who may reach port 22 (launchpad.ssh.target.ssh_cidrs: `ssh_cidr`, else this machine's address)."""
+        from launchpad.ssh.target import ssh_cidrs
 
-        def ask() -> list[str]:
-            try:
-                with urllib.request.urlopen("https://api.ipify.org", timeout=5) as r:
-                    ip = r.read().decode().strip()
-            except Exception as e:
-                raise ConfigError(f"cannot find this machine's public address for the SSH rule ({e})",
-                                  hint="set providers.azure.ssh_cidr in config.yaml, e.g. 203.0.113.7/32") from None
-            return [f"{ip}/32"]
-
-        return self._memo(("cidr",), ask)
+        return ssh_cidrs(self.p.config.get("ssh_cidr"), "azure")
 
     def key_path(self) -> Path:
         from launchpad.settings import config_dir

@@ -15,11 +15,10 @@ import hashlib
 import logging
 import shlex
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import ConfigError, ProviderError
+from launchpad.errors import ProviderError
 
 from .api import NAME, call, message, wait_op
 
@@ -90,22 +89,10 @@ class Project:
         return f"{user}:{public}"
 
     def ssh_cidrs(self) -> list[str]:
-        """Who may reach port 22: `ssh_cidr` from config (a CIDR or a list), else this machine's public
-        address as a /32."""
-        configured = self.p.config.get("ssh_cidr")
-        if configured:
-            return [configured] if isinstance(configured, str) else [str(c) for c in configured]
+        """Who may reach port 22 (launchpad.ssh.target.ssh_cidrs: `ssh_cidr`, else this machine's address)."""
+        from launchpad.ssh.target import ssh_cidrs
 
-        def ask() -> list[str]:
-            try:
-                with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=5) as r:
-                    ip = r.read().decode().strip()
-            except Exception as e:
-                raise ConfigError(f"cannot find this machine's public address for the SSH rule ({e})",
-                                  hint="set `ssh_cidr:` under providers: gcp: in config.yaml") from None
-            return [f"{ip}/32"]
-
-        return self._memo(("cidrs",), ask)
+        return ssh_cidrs(self.p.config.get("ssh_cidr"), "gcp")
 
     def network(self) -> str:
         return str(self.p.config.get("network") or "global/networks/default")
