@@ -5,7 +5,7 @@ Built once by `Lifecycle.submit`, stored in the state DB, changed only by copy-w
 the agent and the trainer through one loader, `JobSpec.load`. Only this module knows the JSON shape::
 
     {"job_id": "smoke-lora-3f9a1c",
-     "recipe": <Recipe.model_dump(mode="json")>,     # local paths: the client's until sync rewrites them
+     "recipe": <Recipe.model_dump(mode="json", exclude_unset=True)>,  # local paths: the client's until sync rewrites them
      "checkpoint_uri": "s3://bucket/ckpts",          # store ROOT, resolved before the first sync and kept,
                                                      # so `resume` never depends on a provider default
      "max_steps": null,                              # wins over recipe.max_steps (`up --smoke`)
@@ -96,7 +96,9 @@ class JobSpec:
                     deepspeed_config: Mapping[str, Any] | None = None) -> JobSpec:
         """The spec of a new job (`recipe` is a validated `launchpad.recipe.Recipe`)."""
         return cls(
-            job_id=job_id, recipe=recipe.model_dump(mode="json"), checkpoint_uri=recipe.checkpoint.uri,
+            # exclude_unset: what the user wrote, not the defaults, so a resumed job's recipe still tells an
+            # explicit choice (`autostop.action: stop`, which rules out providers that cannot stop) from a default
+            job_id=job_id, recipe=recipe.model_dump(mode="json", exclude_unset=True), checkpoint_uri=recipe.checkpoint.uri,
             max_steps=max_steps, deepspeed_config=deepspeed_config, env_names=tuple(sorted(recipe.env)),
             autostop=AutostopSpec(idle_minutes=float(recipe.autostop.idle_minutes), action=recipe.autostop.action),
         )

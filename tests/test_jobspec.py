@@ -77,3 +77,25 @@ def test_the_resolved_store_is_kept_so_resume_does_not_depend_on_a_default(recip
     again = lc._bundle(lc.db.job(job_id), LocalProvider(), instance).job_spec.checkpoint_uri
     assert again == first
     lc.provider("local").teardown(instance)
+
+
+
+@pytest.mark.parametrize("action, needs_stop", [(None, False), ("stop", True), ("terminate", False)])
+def test_a_resumed_job_plans_as_the_user_wrote_it_not_with_defaults_made_explicit(tmp_path, action, needs_stop):
+    """`autostop.action: stop` rules out providers that cannot stop only when the user wrote it: the spec a
+    `resume` plans from (stored as JSON, reloaded) must keep a default a default."""
+    import shutil
+
+    import yaml
+
+    from launchpad.planner.need import need_from_recipe
+
+    data = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    data["autostop"] = {"idle_minutes": 5, **({"action": action} if action else {})}
+    shutil.copytree(REPO / "recipes" / "data", tmp_path / "data")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    fresh = load_recipe(tmp_path / "r.yaml")
+    stored = JobSpec.from_json(json.loads(JobSpec.from_recipe("j-1", fresh).dumps()))
+    assert need_from_recipe(fresh).needs_stop is needs_stop
+    assert need_from_recipe(stored.recipe_model()).needs_stop is needs_stop
+    assert stored.recipe_model().model_dump() == fresh.model_dump()  # nothing else changes
