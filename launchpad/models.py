@@ -69,6 +69,12 @@ class Offer:
     nvme_gb: float = 0.0  # local NVMe (instance store)
     cuda: str | None = None  # preinstalled CUDA, "12.4"
     interconnect: str | None = None  # "nvlink", "infiniband", "roce", ...
+    # This offer's own host figures, where a marketplace (Vast.ai) reports them per machine; None = not known,
+    # the provider-wide facts of configs/providers.yaml apply (availability, load_10gb_s).
+    reliability: float | None = None  # 0..1, the host's reliability score
+    disk_mb_s: float | None = None  # the host's disk bandwidth, MB/s
+    inet_down_mbps: float | None = None  # the host's download speed, Mb/s
+    host_cuda_max: str | None = None  # the newest CUDA the host's driver runs (a container's CUDA must not exceed it)
 
     @property
     def price(self) -> float:

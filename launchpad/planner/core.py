@@ -91,7 +91,7 @@ class _Evaluator:
     def shape(self, o: Offer) -> tuple[tuple, tuple[str, str] | None]:
         """(cache key, rejection or None) for the offer's shape, spot or not."""
         key = (o.provider, o.instance_type, o.gpu, o.gpu_count, o.gpu_memory_gb, o.cuda, o.nvme_gb,
-               o.interconnect, o.vcpus, o.memory_gb)
+               o.interconnect, o.vcpus, o.memory_gb, o.reliability, o.disk_mb_s, o.inet_down_mbps)
         try:
             return key, self._shape[key]
         except KeyError:

@@ -1,13 +1,15 @@
 """Per-offer quality scores (the seven dimensions, 0..1 each) and the end-to-end time/cost estimate.
 
-    est. time = boot + pre-warm (model + dataset at the provider's 10 GB load rate) + training
+    est. time = boot + pre-warm (model + dataset at the provider's 10 GB load rate, or the host's own disk and
+                download speed where the offer has them) + training
     training  = k x params x tokens / (GPUs x peak TFLOPs x MFU x scaling efficiency)
                 k = 6 full, 4 adapters (+2 when activations are recomputed); MFU lower without FlashAttention-2
     est. cost = est. time x $/h x nodes + egress of the final checkpoint
                 + the root volumes (Need.disk_gb per node) at the provider's $/GB-month for est. time
     stopped   = what those volumes bill per day while an idle machine is stopped (autostop.action: stop)
 
-Everything here is a pure function of (offer shape, need): the planner caches it per instance shape.
+Everything here is a pure function of (offer shape, need): the planner caches it per instance shape (which
+includes a marketplace host's own figures: reliability, disk and download speed).
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ def offer_tflops(offer: Offer) -> float:
     return float(info.get("tflops", 50.0))
 
 
+def offer_load_10gb_s(offer: Offer) -> float | None:
+    """Seconds to bring 10 GB onto the host by its own figures (the slower of its download speed and its disk
+    bandwidth), where the offer reports them (Vast.ai hosts); None = use the provider's `load_10gb_s`."""
+    rates = [r for r in (offer.disk_mb_s, offer.inet_down_mbps / 8 if offer.inet_down_mbps else None) if r]
+    return 10_000.0 / min(rates) if rates else None
+
+
 def scaling_efficiency(offer: Offer, need: Need) -> float:
     sc = planner_settings()["estimate"]["scaling"]
     ic = offer.interconnect or "pcie+ethernet"
@@ -105,7 +114,7 @@ def profile(offer: Offer, need: Need, facts: Facts, weights: Mapping[str, float]
     devices = world if offer.gpu else need.nodes
     train_s = flops / (devices * tflops * 1e12 * mfu * scaling_efficiency(offer, need))
     boot_s = facts.boot_s if facts.known else float(est["default_boot_s"])
-    load = facts.load_10gb_s if facts.known else float(est["default_load_10gb_s"])
+    load = offer_load_10gb_s(offer) or (facts.load_10gb_s if facts.known else float(est["default_load_10gb_s"]))
     prewarm_s = (need.download_bytes + need.dataset_bytes) / 1e10 * load
     hours = (boot_s + prewarm_s + train_s) / 3600.0
     egress = need.checkpoint_bytes / 1e9 * (facts.egress_per_gb if facts.known else float(est["default_egress_per_gb"]))
@@ -132,7 +141,9 @@ def profile(offer: Offer, need: Need, facts: Facts, weights: Mapping[str, float]
         distributed *= {"infiniband": 1.0, "efa": 1.0, "roce": 0.9, "ethernet": 0.4}.get(fabric, 0.2)
     boot_score = 1.0 - min(boot_s, 600.0) / 600.0
     scores = {
-        "hardware_availability": facts.availability * (0.7 if spot else 1.0),
+        # a marketplace host's own reliability score, where the offer has one, instead of the provider's
+        "hardware_availability": (facts.availability if offer.reliability is None else offer.reliability)
+        * (0.7 if spot else 1.0),
         "software_stack": software,
         "storage_io": storage,
         "distributed": distributed,
