@@ -37,7 +37,7 @@ from launchpad.models import JOB_TAG, Bundle, Capability, Instance, InstanceSpec
 from launchpad.plugins import hookimpl
 from launchpad.vm import VMProvider
 
-from .api import DEFAULT_URL, KEY_ENV, KEY_FILE, KEY_HINT, NAME, ApiKey, LambdaAPI, NotFound, find_key, retrying
+from .api import DEFAULT_URL, KEY_ENV, KEY_FILE, KEY_HINT, NAME, ApiKey, LambdaAPI, NotFound, RequestRejected, find_key, retrying
 from .offers import instance_name, job_of, job_part, live_offers, offer_of, parse_name, state_of, token_hash
 
 log = logging.getLogger("launchpad.lambda")
@@ -235,7 +235,11 @@ class LambdaProvider(VMProvider):
                     if (p["job"], p["token"], p["rank"]) == (job_part(spec.job_id), token, rank):
                         return inst  # launched by an earlier try
                 log.info("lambda: launching %s (%s in %s)", name, offer.instance_type, offer.region)
-                out = self.api.once("POST", "/instance-operations/launch", body=body, operation=f"launch {offer.label}")
+                try:
+                    out = self.api.once("POST", "/instance-operations/launch", body=body, operation=f"launch {offer.label}")
+                except NotFound as e:  # the type, the SSH key or the file system named does not exist
+                    raise RequestRejected(f"Lambda Cloud refused {e.message}", provider=NAME,
+                                          hint="check ssh_key_name / file_system_names in providers.lambda") from None
         ids = list((out or {}).get("instance_ids") or [])
         if not ids:
             raise TransientError(f"launch {offer.label}: Lambda answered without an instance id", provider=NAME)

@@ -125,7 +125,7 @@ def classify(status: int, error: dict[str, Any], operation: str, key: ApiKey | N
     if status in _TRANSIENT_STATUS:
         return TransientError(f"{operation}: {code or 'HTTP ' + str(status)}: {message}", provider=NAME)
     if code in _NOT_FOUND or status == 404:
-        return NotFound(f"{operation}: {message}", provider=NAME)
+        return NotFound(f"{operation}: {said}", provider=NAME)
     return RequestRejected(f"Lambda Cloud refused {operation}: {said}", provider=NAME)
 
 

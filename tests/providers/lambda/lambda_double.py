@@ -98,10 +98,11 @@ class LambdaDouble:
             self.boot_seconds = self.terminate_seconds = 0.0
 
     def fail_next(self, method: str, path: str, status: int, code: str, message: str, *, times: int = 1,
-                  suggestion: str | None = None) -> None:
-        """INJECTION: the next `times` requests `method` whose path ends with `path` get this error answer."""
+                  suggestion: str | None = None, after: bool = False) -> None:
+        """INJECTION: the next `times` requests `method` whose path ends with `path` get this error answer;
+        with `after`, the request is carried out first (an answer lost on the way back, e.g. a 502 from a proxy)."""
         with self._lock:
-            self._failures.append({"method": method, "path": path, "status": status, "code": code,
+            self._failures.append({"method": method, "path": path, "status": status, "code": code, "after": after,
                                    "message": message, "suggestion": suggestion, "left": times})
 
     def host_failure(self, instance_id: str) -> None:
@@ -205,7 +206,13 @@ class LambdaDouble:
             for f in self._failures:
                 if f["left"] > 0 and f["method"] == method and path.endswith(f["path"]):
                     f["left"] -= 1
+                    if f["after"]:
+                        self._route(method, path, body)
                     raise ApiError(f["status"], f["code"], f["message"], f["suggestion"])
+            return self._route(method, path, body)
+
+    def _route(self, method: str, path: str, body: dict | None) -> Any:
+        with self._lock:
             route = path.removeprefix("/api/v1")
             if method == "GET" and route == "/instance-types":
                 return self._types()
