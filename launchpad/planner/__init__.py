@@ -56,6 +56,9 @@ def offer_json(offer: Offer, configured: bool) -> dict[str, Any]:
         "zone": offer.zone, "gpu": offer.gpu, "gpu_count": offer.gpu_count,
         "gpu_memory_gb": offer.gpu_memory_gb, "price_per_hour": round(offer.price, 6), "spot": offer.spot,
         "configured": configured,
+        # a marketplace host's own figures, where the offer has them (the planner scored on them)
+        **{k: v for k in ("reliability", "disk_mb_s", "inet_down_mbps", "host_cuda_max")
+           if (v := getattr(offer, k)) is not None},
     }
 
 

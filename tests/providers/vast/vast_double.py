@@ -19,7 +19,8 @@ destroyed. Every instance is "reached" at `ssh_port` (the loopback sshd that pla
 
 Test controls, named for what they stand in for: `rent_away` (someone else rents a machine), `taken_at_rent`
 (someone else rents it between our search and our rent), `outbid` (a higher bid pauses an interruptible
-instance), `fail_next` (an INJECTED error Vast returns that cannot be caused for real here: 429, 5xx).
+instance), `fail_next` (an INJECTED error Vast returns that cannot be caused for real here: 429, 5xx, a lost
+answer).
 """
 
 from __future__ import annotations
@@ -108,8 +109,12 @@ class VastDouble:
             assert inst["is_bid"], "only interruptible instances are outbid"
             inst.update(actual_status="stopped", cur_state="stopped", status_msg="stopped: outbid by a higher bid")
 
-    def fail_next(self, method: str, path_part: str, status: int, body: Any, *, times: int = 1) -> None:
-        self._failures.append({"method": method, "path": path_part, "status": status, "body": body, "times": times})
+    def fail_next(self, method: str, path_part: str, status: int, body: Any, *, times: int = 1,
+                  lose_answer: bool = False) -> None:
+        """The next `times` matching calls answer `status`/`body`; with `lose_answer` the call is carried out
+        first and only its answer is lost (a gateway timeout after the rent went through)."""
+        self._failures.append({"method": method, "path": path_part, "status": status, "body": body, "times": times,
+                               "lose_answer": lose_answer})
 
     def live(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -277,6 +282,11 @@ class VastDouble:
                         failure["times"] -= 1
                         if failure["times"] <= 0:
                             double._failures.remove(failure)
+                        if failure["lose_answer"]:
+                            try:
+                                double.route(self.command, self.path, body, key)
+                            except _Error:
+                                pass
                         return self._send(failure["status"], failure["body"])
                     try:
                         status, doc = double.route(self.command, self.path, body, key)

@@ -38,6 +38,7 @@ def vast_settings(tmp_path, sshd, url: str) -> dict:
         "host_key": sshd.host_key_line(),  # the loopback sshd's key, pinned (the double runs no onstart script)
         "python": sys.executable, "root": str(tmp_path / "instance-root"), "connect_timeout": 20,
         "boot_timeout": 30, "host_key_wait": 2, "checkpoint_uri": CHECKPOINTS,
+        "min_reliability": 0.7,  # lets the shaky host (0.80) into the market: the planner is to rank it last
     }
 
 
