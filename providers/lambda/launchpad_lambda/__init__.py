@@ -35,6 +35,7 @@ from typing import Any
 from launchpad.errors import ConfigError, LaunchpadError, NotYetTerminated, ProviderError, TransientError
 from launchpad.models import JOB_TAG, Bundle, Capability, Instance, InstanceSpec, InstanceState, Offer, TeardownMode
 from launchpad.plugins import hookimpl
+from launchpad.transport import CommandRunner
 from launchpad.vm import VMProvider
 
 from .api import DEFAULT_URL, KEY_ENV, KEY_FILE, KEY_HINT, NAME, ApiKey, LambdaAPI, NotFound, RequestRejected, find_key, retrying
@@ -125,7 +126,7 @@ class LambdaProvider(VMProvider):
             return f"Lambda Cloud API failed: {e}"
         return None
 
-    def describe(self) -> str | None:
+    def describe(self) -> str:
         offers = self.offers()
         regions = sorted({o.region for o in offers})
         where = self.default_checkpoint_uri()
@@ -206,7 +207,7 @@ class LambdaProvider(VMProvider):
                         "`launchpad down --all` removes them)", spec.job_id, ", ".join(leaked), spec.job_id)
         for rank in range(spec.nodes):
             if rank not in nodes:
-                nodes[rank] = self._launch(offer, spec, rank, key_name)
+                nodes[rank] = self._launch_node(offer, spec, rank, key_name)
         first = nodes[0]
         data = {"region": offer.region, "token": spec.token, "shutdown": "terminate", "key_name": key_name,
                 "nodes": [{"rank": r, "id": nodes[r]["id"], "name": nodes[r].get("name"),
@@ -215,7 +216,7 @@ class LambdaProvider(VMProvider):
         return Instance(provider=NAME, id=str(first["id"]), job_id=spec.job_id, state=state_of(first), offer=offer,
                         address=first.get("ip"), created_at=time.time(), data=data)
 
-    def _launch(self, offer: Offer, spec: InstanceSpec, rank: int, key_name: str) -> dict[str, Any]:
+    def _launch_node(self, offer: Offer, spec: InstanceSpec, rank: int, key_name: str) -> dict[str, Any]:
         """Launch rank `rank`, or find it if an earlier try launched it: before every try the instances are
         listed by name, so a launch whose answer was lost (5xx, dropped connection) is not run twice."""
         token = token_hash(spec.token)
@@ -396,7 +397,11 @@ class LambdaProvider(VMProvider):
             key: ApiKey = self.api.key
             for node in self.nodes(instance):
                 path = f"{self.workdir(node)}/{KEY_ON_INSTANCE}"
-                self._call(node, lambda c, path=path: c.put_bytes(key.value.encode(), path, mode=0o600))
+
+                def put(conn: CommandRunner, path: str = path) -> None:
+                    conn.put_bytes(key.value.encode(), path, mode=0o600)
+
+                self._call(node, put)
 
     def checkpoint_uri_for(self, instance: Instance) -> str | None:
         uri = self.default_checkpoint_uri()

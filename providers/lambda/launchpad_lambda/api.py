@@ -159,8 +159,8 @@ class LambdaAPI:
         except ValueError:
             doc = {}
         if resp.status_code >= 400 or (isinstance(doc, dict) and "error" in doc):
-            error = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else {}
-            raise classify(resp.status_code, error, operation, self.key)
+            error = doc.get("error") if isinstance(doc, dict) else None
+            raise classify(resp.status_code, error if isinstance(error, dict) else {}, operation, self.key)
         if not isinstance(doc, dict) or "data" not in doc:
             raise TransientError(f"{operation}: an answer without `data` (HTTP {resp.status_code})", provider=NAME)
         return doc["data"]
