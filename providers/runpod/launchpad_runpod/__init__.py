@@ -349,7 +349,7 @@ class RunPodProvider(VMProvider):
 
     def _running(self, instance: Instance) -> dict[str, Any]:
         """The pod once it runs with its SSH port mapped (waits while the image is pulled and it starts)."""
-        deadline = time.monotonic() + float(self.setting("boot_timeout"))
+        deadline, delay = time.monotonic() + float(self.setting("boot_timeout")), 0.5
         while True:
             pod = self._get(instance.id)
             state = state_of(pod)
@@ -365,7 +365,8 @@ class RunPodProvider(VMProvider):
                 raise ProviderError(f"{instance.id} did not start with its SSH port mapped within "
                                     f"{self.setting('boot_timeout')} s", provider=NAME,
                                     hint="raise providers.runpod.boot_timeout (large images take minutes to pull)")
-            time.sleep(3)
+            time.sleep(delay)
+            delay = min(5.0, delay * 2)
 
     def ssh_target(self, instance: Instance):
         from launchpad.ssh.target import resolve_target
