@@ -375,7 +375,7 @@ def _offer_of(inst: Mapping[str, Any]) -> Offer:
     """The offer an instance found by label was rented from, as its record tells it."""
     name = str(inst.get("gpu_name") or "?")
     count = int(inst.get("num_gpus") or 0)
-    price = _num(inst.get("dph_base")) or _num(inst.get("dph_total")) or 0.0
+    price = _num(inst.get("dph_total")) or 0.0
     spot = bool(inst.get("is_bid"))
     return Offer(provider=NAME, instance_type=f"{count}x-{name.replace(' ', '_')}",
                  region=str(inst.get("geolocation") or "unknown"), zone=f"machine-{inst.get('machine_id')}",

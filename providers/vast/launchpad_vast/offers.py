@@ -9,11 +9,13 @@ An offer is one machine's GPUs: instance type ``<n>x-<GPU name>``, region its ``
 ``machine-<machine_id>``. The ask id is not kept: it changes with the host's listing, so `provision` looks
 the machine up again and rents whatever ask it has now (or finds it gone: NoCapacity for that offer).
 
-Prices: ``dph_base`` is the machine's price while it runs; storage bills on top, per GB-month, while the
-instance exists, running or stopped (``dph_total`` adds it for the size searched with). The planner adds the
-disk itself from configs/providers.yaml's ``disk_per_gb_month``, so the offer's price is ``dph_base``. The
-spot price is the bid launchpad would place: ``min_bid`` plus ``bid_margin`` (config, default 10%), which
-keeps a rental from being outbid by the next small bid.
+Prices: ``dph_base`` is the machine's price while it runs; storage bills on top, per GB-month at the host's
+``storage_cost``, while the instance exists, running or stopped. The offer's price is ``dph_total``, which adds
+the storage of the disk searched with (config `disk_gb`, default 50 GB), so the running estimate is right;
+what a stopped instance keeps billing is that storage alone (configs/providers.yaml names no Vast-wide disk
+price: each host sets its own). The spot price is the bid launchpad would place: ``min_bid`` plus
+``bid_margin`` (config, default 10%), which keeps a rental from being outbid by the next small bid, plus the
+same storage.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ def to_offer(row: Mapping[str, Any], config: Mapping[str, Any]) -> Offer | None:
     name = str(row.get("gpu_name") or "").strip()
     if count < 1 or not name or machine is None:
         return None
-    base = _num(row.get("dph_base"))
-    price = base if base is not None else _num(row.get("dph_total")) or 0.0
+    total = _num(row.get("dph_total")) or 0.0
+    storage = total - (_num(row.get("dph_base")) or total)  # the disk's share of the hourly price
     bid = _num(row.get("min_bid"))
     margin = float(config.get("bid_margin", DEFAULT_BID_MARGIN))
     host_max = _num(row.get("cuda_max_good"))
@@ -105,7 +107,7 @@ def to_offer(row: Mapping[str, Any], config: Mapping[str, Any]) -> Offer | None:
         gpu=canonical_gpu_name(name), gpu_count=count,
         gpu_memory_gb=round((_num(row.get("gpu_ram")) or 0.0) / 1024, 1),  # MB in the API
         vcpus=_num(row.get("cpu_cores_effective")) or 0.0, memory_gb=round((_num(row.get("cpu_ram")) or 0.0) / 1024, 1),
-        price_per_hour=round(price, 4), spot_price_per_hour=round(bid * (1 + margin), 4) if bid else None,
+        price_per_hour=round(total, 4), spot_price_per_hour=round(bid * (1 + margin) + storage, 4) if bid else None,
         cuda=newest_image_cuda(config, host_max) if host_max is not None else None,
         reliability=reliability, disk_mb_s=_num(row.get("disk_bw")), inet_down_mbps=_num(row.get("inet_down")),
         host_cuda_max=f"{host_max:g}" if host_max is not None else None,
