@@ -312,3 +312,16 @@ def test_dry_run_shows_the_deploy_input(runpod, runpod_api):
     text = runpod.render(offer, _spec())
     assert text.startswith("# podRentInterruptable input") and '"bidPerGpu": 0.35' in text
     assert runpod_api.requests == [] and runpod_api.live() == []  # nothing is rented
+
+
+def test_a_stopped_pod_costs_its_volume_in_the_plan():
+    """providers.yaml runpod: stop is possible and bills the volume at RunPod's stopped rate."""
+    from launchpad_runpod import RunPodProvider
+
+    from launchpad.models import Capability
+    from launchpad.planner.catalog import facts_for
+    from launchpad.planner.disk import stopped_usd_per_day
+
+    facts = facts_for("runpod", "NVIDIA A100 80GB PCIe")
+    assert facts.known and facts.stop and facts.spot and not facts.multi_node and RunPodProvider().supports(Capability.STOP)
+    assert stopped_usd_per_day(50, facts) == pytest.approx(50 * 0.20 / 30)
