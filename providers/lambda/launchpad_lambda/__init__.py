@@ -45,6 +45,7 @@ log = logging.getLogger("launchpad.lambda")
 
 __all__ = ["LambdaProvider", "instance_name", "parse_name"]
 DEFAULT_USER = "ubuntu"  # Lambda Stack images
+TYPES_TTL = 120.0  # seconds a listing of instance types (capacity) is reused
 KEY_ON_INSTANCE = "lambda-api-key"  # in the job's work directory, only with self_terminate: true
 _LIVE = ("booting", "active", "unhealthy")
 _TAG_KEY_OK = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-:")
@@ -78,6 +79,7 @@ class LambdaProvider(VMProvider):
         super().__init__(config)
         self._api: LambdaAPI | None = None
         self._types: dict[str, Any] | None = None
+        self._types_at = 0.0
         self._key_name: str | None = None
         self._lock = threading.Lock()
 
@@ -99,13 +101,15 @@ class LambdaProvider(VMProvider):
             return self._api
 
     def instance_types(self, *, retry: bool = True) -> dict[str, Any]:
-        """GET /instance-types (kept for this process: check, describe and offers ask it once)."""
-        if self._types is None:
+        """GET /instance-types, kept for TYPES_TTL s (check, describe and offers ask it once; a re-plan after a
+        failure minutes later sees the capacity of then)."""
+        if self._types is None or time.monotonic() - self._types_at > TYPES_TTL:
             if retry:
-                self._types = self.api.call("GET", "/instance-types", operation="list instance types")
-            else:
-                self._types = self.api.once("GET", "/instance-types", operation="list instance types", timeout=10)
-        return self._types or {}
+                types = self.api.call("GET", "/instance-types", operation="list instance types")
+            else:  # check(): one quick try, it runs before every command
+                types = self.api.once("GET", "/instance-types", operation="list instance types", timeout=5)
+            self._types, self._types_at = types or {}, time.monotonic()
+        return self._types
 
     # -- discovery ---------------------------------------------------------------------------------------
     def check(self) -> str | None:
