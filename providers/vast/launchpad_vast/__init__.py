@@ -171,7 +171,7 @@ class VastProvider(VMProvider):
             self.api().call("POST", "/ssh/", body={"ssh_key": public})
         self._key_registered = True
 
-    def _ask_for(self, offer: Offer) -> dict:
+    def _ask_for(self, offer: Offer) -> Mapping[str, Any]:
         """What the offer's machine has to rent now (a catalog offer: the best host with its GPU and count)."""
         machine = machine_of(offer)
         if machine is not None:

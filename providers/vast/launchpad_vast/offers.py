@@ -20,7 +20,7 @@ same storage.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launchpad.errors import NoCapacity
@@ -127,7 +127,7 @@ def catalog_match(offer: Offer) -> dict[str, Any]:
     return {"gpu_name": name, "num_gpus": offer.gpu_count}
 
 
-def best_row(rows: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def best_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The most reliable, then cheapest, of several rows."""
     def key(r: Mapping[str, Any]) -> tuple[float, float]:
         rel = _num(r.get("reliability2") if r.get("reliability2") is not None else r.get("reliability")) or 0.0

@@ -144,7 +144,7 @@ class VastDouble:
                 raise _Error(400, "invalid_args", f"bad filter for {field}: {cond!r}")
             rows = [r for r in rows if all(_OPS[op](r.get(field), v) for op, v in cond.items())]
         for field, direction in reversed(query.get("order") or []):
-            rows.sort(key=lambda r, f=field: (r.get(f) is None, r.get(f)), reverse=direction == "desc")
+            rows.sort(key=lambda r, f=field: (r.get(f) is None, r.get(f)), reverse=direction == "desc")  # type: ignore[misc]
         return rows[: int(query.get("limit") or 64)]
 
     def rent(self, ask: int, body: dict[str, Any]) -> dict[str, Any]:
