@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import ConfigError, LaunchpadError, NotYetTerminated, ProviderError, TransientError
+from launchpad.errors import ConfigError, LaunchpadError, NotConfigured, NotYetTerminated, ProviderError, TransientError
 from launchpad.models import JOB_TAG, Bundle, Capability, Instance, InstanceSpec, InstanceState, Offer, TeardownMode
 from launchpad.plugins import hookimpl
 from launchpad.transport import CommandRunner
@@ -80,6 +80,7 @@ class LambdaProvider(VMProvider):
         self._api: LambdaAPI | None = None
         self._types: dict[str, Any] | None = None
         self._types_at = 0.0
+        self._offers_live = False  # the last offers() came from the API
         self._key_name: str | None = None
         self._lock = threading.Lock()
 
@@ -93,8 +94,6 @@ class LambdaProvider(VMProvider):
             if self._api is None:
                 key = find_key(self.config)
                 if key is None:
-                    from launchpad.errors import NotConfigured
-
                     raise NotConfigured(f"no Lambda Cloud API key (neither {KEY_ENV} nor {KEY_FILE})", provider=NAME,
                                         hint=KEY_HINT)
                 self._api = LambdaAPI(self.api_url(), key, timeout=float(self.config.get("timeout") or 30))
@@ -135,17 +134,20 @@ class LambdaProvider(VMProvider):
         regions = sorted({o.region for o in offers})
         where = self.default_checkpoint_uri()
         store = f"checkpoints to {where}" if where else "no checkpoint_uri: recipes must name checkpoint.uri"
-        source = "live" if self._types is not None else "catalog (API not reachable)"
-        return (f"{len({o.instance_type for o in offers})} instance types with capacity in {len(regions)} regions "
-                f"({source}); key from {self.api.key.source}; {store}")
+        source = "with capacity now" if self._offers_live else "from the bundled catalog: the API is not reachable"
+        return (f"{len({o.instance_type for o in offers})} instance types in {len(regions)} regions {source}; "
+                f"key from {self.api.key.source}; {store}")
 
     def offers(self) -> list[Offer]:
         """Live from GET /instance-types (types x regions with capacity now); the bundled snapshot
         (configs/catalog/lambda.csv: list prices, not capacity) when the API cannot be reached."""
         regions = [str(r) for r in self.config.get("regions") or []]
+        self._offers_live = False
         if self.config.get("live_offers", True) is not False:
             try:
-                return live_offers(self.instance_types(), regions)
+                offers = live_offers(self.instance_types(), regions)
+                self._offers_live = True
+                return offers
             except TransientError as e:
                 log.warning("lambda: %s; offering the bundled catalog instead", e)
         import fnmatch

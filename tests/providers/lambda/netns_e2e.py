@@ -66,7 +66,7 @@ def test_up_smoke_recipe_succeeds_with_its_checkpoint_in_the_store(run_cli, lamb
     reaches SUCCEEDED from a fresh home, its checkpoint in the configured store and nothing left running."""
     check = run_cli("check", "--json", check=True)
     row = next(r for r in json.loads(check.stdout)["providers"] if r["provider"] == "lambda")
-    assert row["usable"] is True and "(live); key from LAMBDA_API_KEY" in row["detail"], row
+    assert row["usable"] is True and "with capacity now; key from LAMBDA_API_KEY" in row["detail"], row
     path = recipe(tmp_path, "smoke-lora", steps=30, every=10)
     proc = run_cli("up", str(path), "--provider", "lambda", "--json", timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -26,7 +26,7 @@ def _spec(job="job-a", token="job-a-1f2e3d4c", **kw):
 
 def test_check_and_describe_say_what_is_usable(lambda_provider):
     assert lambda_provider.check() is None
-    assert lambda_provider.describe() == ("5 instance types with capacity in 4 regions (live); key from LAMBDA_API_KEY; "
+    assert lambda_provider.describe() == ("5 instance types in 4 regions with capacity now; key from LAMBDA_API_KEY; "
                                           "checkpoints to s3://lp-lambda-checkpoints/launchpad")
 
 
@@ -56,7 +56,7 @@ def test_without_the_api_the_bundled_catalog_is_offered(lambda_config, monkeypat
     provider = LambdaProvider({**lambda_config, "api_url": f"http://127.0.0.1:{free_port()}/api/v1"})
     assert provider.check() is None  # unreachable now is not unusable: a rejected key is (test_lambda_errors)
     assert provider.offers() == catalog_offers("lambda") and len(provider.offers()) > 300
-    assert "(catalog (API not reachable))" in provider.describe()
+    assert "regions from the bundled catalog: the API is not reachable;" in provider.describe()
 
 
 def test_launch_names_the_job_attempt_and_rank_and_registers_the_key_once(lambda_provider, lambda_env, lambda_config):
