@@ -325,3 +325,14 @@ def test_a_stopped_pod_costs_its_volume_in_the_plan():
     facts = facts_for("runpod", "NVIDIA A100 80GB PCIe")
     assert facts.known and facts.stop and facts.spot and not facts.multi_node and RunPodProvider().supports(Capability.STOP)
     assert stopped_usd_per_day(50, facts) == pytest.approx(50 * 0.20 / 30)
+
+
+def test_up_without_a_store_names_the_fix_and_leaves_no_pod(run_cli, runpod_config, runpod_api, launchpad_home):
+    import yaml
+
+    cfg = {k: v for k, v in runpod_config.items() if k != "checkpoint_uri"}
+    (launchpad_home / "config.yaml").write_text(yaml.safe_dump({"providers": {"runpod": cfg}}))
+    proc = run_cli("up", "recipes/smoke-lora.yaml", "--provider", "runpod", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "checkpoint.uri" in proc.stderr and "providers.runpod.checkpoint_uri" in proc.stderr
+    assert runpod_api.live() == []
