@@ -335,6 +335,9 @@ def _add_optional_commands() -> None:
     from .watch_cmd import watch
 
     cli.add_command(watch)
+    from .catalog_cmd import catalog
+
+    cli.add_command(catalog)
 
 
 _add_optional_commands()

@@ -226,6 +226,7 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     from ..planner import plan_to_json, rejection_summary
     from ..plugins import configured_providers
     from ..recipe import load_recipe
+    from .catalog_cmd import catalog_note
 
     r = load_recipe(recipe)
     usable, unavailable = configured_providers()
@@ -236,6 +237,7 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
             data["offers"] = data["offers"][:top]
             data["unconfigured"] = data["unconfigured"][:top]
         data["recipe"] = recipe
+        data["catalog"] = catalog_note((provider,) if provider else None, as_json)
         emit_json(data)
         if not p.ranked:
             raise click.exceptions.Exit(1)
@@ -269,6 +271,7 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     elif p.rejected:
         top_reasons = ", ".join(f"{reason} ({n})" for reason, n in rejection_summary(p, 3))
         con.print(f"[dim]{len(p.rejected)} offers rejected; most common: {top_reasons}. --explain for more.[/]")
+    catalog_note((provider,) if provider else None, as_json)
     if not p.ranked:  # nothing can run it here: scripts (`plan && up`) must not go on
         raise click.exceptions.Exit(1)
 
@@ -288,6 +291,7 @@ def offers(gpu: str | None, spot: bool, regions: tuple[str, ...], provider: str 
     from ..planner import offer_json
     from ..planner.market import market, parse_wanted_gpu
     from ..plugins import configured_providers
+    from .catalog_cmd import catalog_note
 
     spec = parse_wanted_gpu(gpu) if gpu else None  # bad or unknown names: exit 2 before any provider is asked
     usable, _ = configured_providers()
@@ -295,8 +299,10 @@ def offers(gpu: str | None, spot: bool, regions: tuple[str, ...], provider: str 
                   max_price=max_price)
     if as_json:
         emit_json({"gpu": gpu, "spot": spot, "regions": list(regions), "offers": [offer_json(m.offer, m.configured)
-                                                                                for m in rows]})
+                                                                                for m in rows],
+                   "catalog": catalog_note((provider,) if provider else None, as_json)})
         return
     title = (f"{len(rows)} offers" + (f" for {spec}" if spec else "") + (" (spot)" if spot else "")
              + (f", showing the cheapest {limit}" if len(rows) > limit else ""))
     console().print(_market_table(title, rows[:limit]))
+    catalog_note((provider,) if provider else None, as_json)
