@@ -64,8 +64,8 @@ def refresh_cmd(providers: tuple[str, ...], source: str, as_json: bool) -> None:
                         "`launchpad offers` use them now[/]", soft_wrap=True)
     if failed or not written:
         if not as_json:
-            why = f"failed: {', '.join(failed)}" if failed else "nothing was written"
-            err_console().print(f"[red]catalog refresh {why}[/]" + (" (the others were written)" if written else ""),
+            why = f" failed for {', '.join(failed)}" if failed else ": nothing was written"
+            err_console().print(f"[red]catalog refresh{why}[/]" + (" (the others were written)" if written else ""),
                                 soft_wrap=True)
         raise click.exceptions.Exit(1)
 
@@ -74,7 +74,8 @@ def _outcome_line(o: Any) -> str:
     if o.status == "written":
         dropped = sum(o.dropped.values())
         extra = f", {dropped} left out ({', '.join(f'{k} {v}' for k, v in sorted(o.dropped.items()))})" if dropped else ""
-        return f"[green]✓[/] {esc(o.provider)}: {o.rows} offers from {esc(o.detail)} in {o.seconds:.1f} s{extra}"
+        offers = f"{o.rows} offer{'' if o.rows == 1 else 's'}"
+        return f"[green]✓[/] {esc(o.provider)}: {offers} from {esc(o.detail)} in {o.seconds:.1f} s{extra}"
     if o.status == "skipped":
         return f"[yellow]-[/] {esc(o.provider)}: skipped: {esc(o.detail)}"
     return f"[red]✗[/] {esc(o.provider)}: {esc(o.source)} fetch failed: {esc(o.detail)}"

@@ -302,7 +302,12 @@ def _live_items(provider: str, gh: Any) -> tuple[list[Any], str]:
 
 
 def _redact(text: str) -> str:
-    key = os.environ.get(LAMBDA_KEY_ENV)
+    """An error's text without the one secret a refresh holds (requests' errors carry URLs, not headers; this
+    is for whatever else may echo it)."""
+    try:
+        key = lambda_key()
+    except Exception:  # an unreadable config.yaml: nothing of it can be in the text either
+        return text
     return text.replace(key, "***") if key else text
 
 

@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -137,7 +137,7 @@ def test_skips_say_why_and_nothing_written_is_exit_1(gh, cli) -> None:
     assert rc == 1
     assert "lambda: skipped: --source live needs a Lambda API key ($LAMBDA_API_KEY" in out
     assert "aws: skipped: no live source" in out and "--source published" in out
-    assert "nothing was written" in err
+    assert "catalog refresh: nothing was written" in err
     assert not gh.requests and not refreshed_dir().exists()
 
 
@@ -158,8 +158,8 @@ def test_a_failed_provider_is_exit_1_naming_it_the_others_written(gh, cli) -> No
     rc, out, err = cli("catalog", "refresh", "vast", "gcp", "azure")
     assert rc == 1
     assert "✗ vast: live fetch failed: HTTPError: 500" in out
-    assert "catalog refresh failed: vast (the others were written)" in err
-    assert "✓ gcp: 1 offers" in out and "✓ azure: 1 offers" in out
+    assert "catalog refresh failed for vast (the others were written)" in err
+    assert "✓ gcp: 1 offer from" in out and "✓ azure: 1 offer from" in out
     assert (refreshed_dir() / "vast.csv").read_text() == before  # the last good catalog stays
     # gcp: the zone's region derived, the spot row merged, the TPU and the calendar-mode row left out
     (g,) = load_catalog(["gcp"])["gcp"]
@@ -201,6 +201,20 @@ def test_unusable_refreshed_files_fall_back_to_the_bundle_with_a_warning(gh, cli
     # a good refresh replaces them
     assert cli("catalog", "refresh", "vast", "lambda")[0] == 0
     assert {s.kind for s in catalog_sources(["vast", "lambda"]).values()} == {"refreshed"}
+
+
+def test_an_old_refresh_says_its_age_and_asks_for_another(gh, cli) -> None:
+    assert cli("catalog", "refresh", "vast")[0] == 0
+    meta_file = refreshed_dir() / "vast.meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta["fetched_at"] = datetime.fromtimestamp(time.time() - 10 * 86400, tz=timezone.utc).isoformat()
+    meta_file.write_text(json.dumps(meta))
+    assert catalog_sources(["vast"])["vast"].label() == "refreshed 10 d ago"
+    rc, out, err = cli("offers", "--provider", "vast")
+    err = " ".join(err.split())
+    assert rc == 0 and "catalog: refreshed 10 d ago (vast); `launchpad catalog refresh` fetches current offers" in err
+    rc, out, _ = cli("catalog", "show")
+    assert rc == 0 and "refreshed 10 d ago" in out
 
 
 def _recipe_file(folder: Path) -> str:
