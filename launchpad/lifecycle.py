@@ -280,7 +280,7 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                 job_id=job_id, token=token, tags={JOB_TAG: job_id}, nodes=recipe.resources.nodes,
                 disk=recipe.resources.disk, autostop_idle_minutes=recipe.autostop.idle_minutes,
                 autostop_action=TeardownMode(recipe.autostop.action),
-                disk_gb=planned.need.disk_gb,
+                disk_gb=planned.need.disk_gb, cuda=recipe.resources.cuda,
             )
             try:
                 instance = provider.provision(offer, spec)

@@ -109,6 +109,7 @@ class InstanceSpec:
     autostop_idle_minutes: int | None = None
     autostop_action: TeardownMode = TeardownMode.STOP
     disk_gb: int = 0  # root/boot volume the plan asks for (0 = the provider's default)
+    cuda: str | None = None  # the recipe's `resources.cuda` (minimum): container providers pick their image by it
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ class RunPodProvider(VMProvider):
         if spec.nodes > 1:
             raise ProviderError(f"{spec.job_id}: {self.unsupported[Capability.MULTI_NODE]}", provider=NAME)
         # the recipe's CUDA need, where the plan passes it (InstanceSpec.cuda), else config `cuda:`
-        need = getattr(spec, "cuda", None) or self.config.get("cuda")
+        need = spec.cuda or self.config.get("cuda")
         host_max = getattr(offer, "host_cuda_max", None) or self.config.get("host_cuda_max")
         image, allowed = choose_image(str(need) if need else None, str(host_max) if host_max else None,
                                       self.config.get("image"))

@@ -200,7 +200,7 @@ class VastProvider(VMProvider):
             return self._instance(found, spec, offer)
         self._ensure_ssh_key()
         row = self._ask_for(offer)
-        image = pick_image(images(self.config), need=None, host_max=row.get("cuda_max_good"), provider=NAME)
+        image = pick_image(images(self.config), need=spec.cuda, host_max=row.get("cuda_max_good"), provider=NAME)
         private, public = new_host_key()
         body: dict[str, Any] = {
             "client_id": "me", "image": image.ref, "label": text, "disk": self.disk_gb(spec), "runtype": "ssh",

@@ -82,6 +82,14 @@ def test_a_host_whose_driver_runs_no_image_is_no_capacity_for_that_offer(vast, v
     assert _rents(vast_api) == [] and vast_api.live() == []
 
 
+def test_a_cuda_need_above_what_the_hosts_driver_runs_is_no_capacity_at_provision_too(vast, vast_api):
+    """The lifecycle passes `resources.cuda` in the spec: provision checks it itself, not only the planner."""
+    with pytest.raises(NoCapacity) as e:
+        vast.provision(offer_on(vast, RELIABLE), _spec(cuda="99.0"))
+    assert e.value.scope == "offer" and "CUDA 99.0" in str(e.value)
+    assert _rents(vast_api) == []
+
+
 def test_the_recipes_cuda_need_rules_out_hosts_whose_newest_image_is_older(vast, tmp_path):
     import yaml
 
