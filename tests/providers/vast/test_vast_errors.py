@@ -78,3 +78,16 @@ def test_a_rent_is_never_sent_twice_blindly(vast, vast_api, monkeypatch):
     rents = [i for i, (m, p) in enumerate(methods) if m == "PUT" and "/asks/" in p]
     assert len(rents) == 2 and methods[rents[0] + 1] == ("GET", "/api/v0/instances/")  # looked up in between
     assert vast_api.live() == []
+
+
+def test_an_unreachable_api_is_usable_on_the_bundled_snapshot_not_misconfigured(vast_config):
+    """No route to Vast (a proxy, an outage) says nothing about the key: `plan` still ranks the snapshot."""
+    from launchpad_vast import VastProvider
+
+    provider = VastProvider({**vast_config, "url": "http://127.0.0.1:9"})
+    try:
+        assert provider.check() is None
+        offers = provider.offers()
+        assert offers and all(o.provider == "vast" for o in offers)
+    finally:
+        provider.close()
