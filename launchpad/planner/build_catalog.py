@@ -14,6 +14,8 @@ reads ``<src>/<cloud>/vms.csv`` for every cloud folder and writes one normalised
 - Vast's ``SpotPrice`` 0.00 means "no spot price", not free: it becomes empty (None).
 - Vast rows named A100 may be 80 GB: per-GPU memory comes from ``GpuInfo`` (TotalGpuMemoryInMiB / count;
   Vast's MemoryInfo.SizeInMiB is the total, not per GPU), never from the name.
+- Lambda's file is the other way round: its TotalGpuMemoryInMiB is one GPU's memory (40960 for 8x A100 40GB,
+  the same as MemoryInfo.SizeInMiB), so for lambda the "total" is taken as per GPU.
 - fluidstack's file has CRLF line endings (the csv module with ``newline=""`` reads both).
 - CPU-only rows (about 85k of the ~90k, mostly Azure) and fractional GPUs (AWS g6f) are left out:
   CPU-only recipes run on the ``local`` provider. `read_source` can still yield them (``gpu_only=False``)
@@ -99,13 +101,18 @@ def _float(text: str | None) -> float | None:
         return None
 
 
+TOTAL_IS_PER_GPU = frozenset({"lambda"})  # see the module docstring
+
+
 def gpu_name(raw: str) -> str:
     """Catalog accelerator name -> the canonical name the planner and `parse_gpu_spec` use."""
     return canonical_gpu_name(_NAME_MEM.sub("", raw.strip()))  # aliases (RTXA6000 -> A6000) included
 
 
-def per_gpu_memory_gb(raw_name: str, gpu_info: str, count: float, default_gb: float) -> float:
-    """Memory per GPU in GB: GpuInfo's total / count when it has one, else a size in the name, else default."""
+def per_gpu_memory_gb(raw_name: str, gpu_info: str, count: float, default_gb: float, *,
+                      total_is_per_gpu: bool = False) -> float:
+    """Memory per GPU in GB: GpuInfo's total / count when it has one, else a size in the name, else default.
+    `total_is_per_gpu`: the source writes one GPU's memory in the total field (Lambda's)."""
     info = (gpu_info or "").strip()
     if info.startswith("{"):
         try:
@@ -114,7 +121,7 @@ def per_gpu_memory_gb(raw_name: str, gpu_info: str, count: float, default_gb: fl
             data = {}
         total = data.get("TotalGpuMemoryInMiB")
         if total and count:
-            return float(round(total / count / 1024))
+            return float(round(total / (1 if total_is_per_gpu else count) / 1024))
         gpus = data.get("Gpus") or []
         if gpus and (mib := (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB")):
             return float(round(mib / 1024))
@@ -150,7 +157,8 @@ def _plain_rows(cloud: str, rows: Iterable[dict[str, str]], defaults: dict[str, 
         if spot is not None and spot <= 0:
             spot = None  # Vast: 0.00 = no spot price, not free
         name = gpu_name(raw) if raw else ""
-        mem = per_gpu_memory_gb(raw, r.get("GpuInfo", ""), count, defaults.get(name, 0.0)) if raw else 0.0
+        mem = (per_gpu_memory_gb(raw, r.get("GpuInfo", ""), count, defaults.get(name, 0.0),
+                                 total_is_per_gpu=cloud in TOTAL_IS_PER_GPU) if raw else 0.0)
         yield Row(cloud, r["InstanceType"].strip(), (r.get("Region") or "").strip(),
                   (r.get("AvailabilityZone") or "").strip(), name, int(count), mem,
                   _float(r.get("vCPUs")) or 0.0, _float(r.get("MemoryGiB")) or 0.0, price, spot)

@@ -154,3 +154,13 @@ def test_committed_snapshot_is_what_the_builder_makes(tmp_path: Path) -> None:
     main([str(SHARED), str(tmp_path)])
     for csv_path in sorted((REPO / "configs" / "catalog").glob("*.csv")):
         assert (tmp_path / csv_path.name).read_text() == csv_path.read_text(), csv_path.name
+
+
+def test_lambda_multi_gpu_rows_keep_each_gpus_memory():
+    """Lambda's source writes one GPU's memory in TotalGpuMemoryInMiB: 8x A100 40GB is 40 GB a GPU, not 5."""
+    import csv
+
+    rows = {r["InstanceType"]: r for r in csv.DictReader((REPO / "configs" / "catalog" / "lambda.csv").open())}
+    assert float(rows["gpu_8x_a100"]["GpuMemoryGB"]) == 40
+    assert float(rows["gpu_8x_h100_sxm5"]["GpuMemoryGB"]) == 80
+    assert float(rows["gpu_1x_a100"]["GpuMemoryGB"]) == 40
