@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from .errors import (
     AuthError,
     BadInput,
+    ConfigError,
     JobFailed,
     JobStopped,
     LaunchpadError,
@@ -265,10 +266,18 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
         # a just reclaimed offer is tried last, and a lost instance steers the job by its strategy
         blocked: list[Callable[[Offer], bool]] = self._recovery_blockers(job_id, events)
         reclaimed = self._reclaimed_offers(events)
-        failures = []
+        failures, no_store = [], []
         for ranked in sorted(planned.ranked, key=lambda r: r.offer.label in reclaimed):
             offer = ranked.offer
             if any(b(offer) for b in blocked):
+                continue
+            problem = None if job.spec.checkpoint_uri else self.provider(offer.provider).store_problem()
+            if problem:  # nowhere to keep checkpoints: refused before anything is rented, the next provider tried
+                self._event(job_id, "provision:failed", offer=offer.label, reason=problem, scope="provider")
+                self.reporter.warn(f"{offer.provider}: {problem} — skipping this provider")
+                failures.append(f"{offer.label}: {problem}")
+                no_store.append(problem)
+                blocked.append(blocker(offer, "provider"))
                 continue
             if pending_token and pending_token.get("offer") == offer.label:
                 token = pending_token["token"]
@@ -298,6 +307,8 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                 self._stop_if_torn_down(job_id, instance)
             self.reporter.info(f"provisioned {instance.id} on {offer.label} at ${offer.price:.2f}/h")
             return instance
+        if no_store and len(no_store) == len(failures):  # the recipe's to fix, not the market's: exit 2
+            raise ConfigError(f"{job.recipe_path or job.name}: {no_store[0]}")
         raise NoFeasibleOffer("every offer failed: " + "; ".join(failures[-3:]) if failures else "no offer left to try")
 
     # -- following a running job ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
-from .errors import ProviderError
+from .errors import ConfigError, ProviderError
 from .models import (
     Bundle,
     Capability,
@@ -47,6 +47,10 @@ class Provider(ABC):
     #: while a file (the wheel, a dataset) goes to the instance. None = nobody watches. Providers that
     #: upload nothing never call it.
     transfer_progress: Callable[[str, int, int], None] | None = None
+    #: None when the provider makes a store of its own (a default bucket); else why it has none ("Lambda Cloud
+    #: has no object store of its own"): a job then needs the recipe's `checkpoint.uri` or the provider's
+    #: `checkpoint_uri` setting, and the lifecycle refuses the offer before anything is rented (`store_problem`)
+    no_store_reason: ClassVar[str | None] = None
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         self.config = dict(config or {})
@@ -66,8 +70,21 @@ class Provider(ABC):
 
     def checkpoint_uri_for(self, instance: Instance) -> str | None:
         """The store for a job on `instance` whose recipe names none (asked once, before the first sync;
-        the answer is kept in the job spec). Default: `default_checkpoint_uri()`."""
+        the answer is kept in the job spec). Default: `default_checkpoint_uri()`; raises ConfigError with
+        `store_problem()` when there is none."""
+        problem = self.store_problem()
+        if problem:
+            raise ConfigError(problem)
         return self.default_checkpoint_uri()
+
+    def store_problem(self) -> str | None:
+        """Why a job whose recipe names no `checkpoint.uri` cannot run here, as one line with the fix; None
+        if it can. No I/O: the lifecycle asks it before renting anything."""
+        if self.no_store_reason is None or self.default_checkpoint_uri():
+            return None
+        return (f"checkpoint.uri: the recipe names none and {self.no_store_reason} (name one in the recipe: "
+                f"s3://BUCKET/PREFIX, gs://... or az://..., with the store's credentials in the recipe's env; "
+                f"or set providers.{self.name}.checkpoint_uri in config.yaml)")
 
     # -- discovery ---------------------------------------------------------------------------------
     @abstractmethod

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import ConfigError, LaunchpadError, NotConfigured, NotYetTerminated, ProviderError, TransientError
+from launchpad.errors import LaunchpadError, NotConfigured, NotYetTerminated, ProviderError, TransientError
 from launchpad.models import JOB_TAG, Bundle, Capability, Instance, InstanceSpec, InstanceState, Offer, TeardownMode
 from launchpad.plugins import hookimpl
 from launchpad.transport import CommandRunner
@@ -69,6 +69,7 @@ def launchpad_register_providers(register):
 
 class LambdaProvider(VMProvider):
     name = NAME
+    no_store_reason = "Lambda Cloud has no object store of its own"
     unsupported = {
         Capability.STOP: "Lambda Cloud cannot stop instances, only terminate them (launchpad terminates idle and "
                          "finished ones; a resume starts a new instance from the last checkpoint)",
@@ -408,14 +409,6 @@ class LambdaProvider(VMProvider):
                     conn.put_bytes(key.value.encode(), path, mode=0o600)
 
                 self._call(node, put)
-
-    def checkpoint_uri_for(self, instance: Instance) -> str | None:
-        uri = self.default_checkpoint_uri()
-        if not uri:
-            raise ConfigError("checkpoint.uri: the recipe names none and Lambda Cloud has no object store of its own",
-                              hint="name one in the recipe (checkpoint.uri: s3://BUCKET/PREFIX, gs://... or az://...) "
-                                   "or set providers.lambda.checkpoint_uri in config.yaml")
-        return uri
 
     def default_checkpoint_uri(self) -> str | None:
         return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None

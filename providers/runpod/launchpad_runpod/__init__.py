@@ -79,6 +79,7 @@ def launchpad_register_providers(register):
 
 class RunPodProvider(VMProvider):
     name = NAME
+    no_store_reason = "RunPod has no object store launchpad can use"
     default_root = "/workspace/.launchpad"  # on the pod's volume: the venv and the job's files survive a stop
     unsupported = {
         Capability.MULTI_NODE: "launchpad runs one RunPod pod per job: pods of one job share no private network "
@@ -391,14 +392,6 @@ class RunPodProvider(VMProvider):
 
     def default_checkpoint_uri(self) -> str | None:
         return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None
-
-    def checkpoint_uri_for(self, instance: Instance) -> str | None:
-        uri = self.default_checkpoint_uri()
-        if uri is None:
-            raise ConfigError("the recipe names no checkpoint.uri and RunPod has no object store launchpad can use",
-                              hint="set checkpoint.uri in the recipe (s3://, gs:// or az://, credentials through the "
-                                   "recipe's env) or providers.runpod.checkpoint_uri in config.yaml")
-        return uri
 
 
 def _cloud_of(region: str) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from launchpad.errors import BadInput, LaunchpadError, NoCapacity, NotConfigured, NotYetTerminated, ProviderError, TransientError
+from launchpad.errors import LaunchpadError, NoCapacity, NotConfigured, NotYetTerminated, ProviderError, TransientError
 from launchpad.gpuspec import canonical_gpu_name
 from launchpad.images import pick_image
 from launchpad.models import Capability, Instance, InstanceSpec, InstanceState, Offer, TeardownMode
@@ -71,6 +71,7 @@ def launchpad_register_providers(register):
 
 class VastProvider(VMProvider):
     name = NAME
+    no_store_reason = "Vast.ai has no object store of its own"
     unsupported = {Capability.MULTI_NODE: "Vast.ai rents single machines with no network between instances "
                                           "(no multi-node NCCL)"}
 
@@ -357,14 +358,6 @@ class VastProvider(VMProvider):
 
     def default_checkpoint_uri(self) -> str | None:
         return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None
-
-    def checkpoint_uri_for(self, instance: Instance) -> str | None:
-        uri = self.default_checkpoint_uri()
-        if uri is None:
-            raise BadInput("vast: Vast.ai has no object store of its own: set checkpoint.uri in the recipe "
-                           "(s3://bucket/path, gs://..., az://...) or checkpoint_uri: under providers: vast: in "
-                           "config.yaml, and give the instance the store's credentials in the recipe's env")
-        return uri
 
 
 def _num(value: Any) -> float | None:

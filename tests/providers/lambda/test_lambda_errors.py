@@ -162,7 +162,9 @@ def test_no_checkpoint_store_is_one_clear_line_and_nothing_is_left_running(lambd
     job = _submit(lc, tmp_path)
     with pytest.raises(ConfigError) as e:
         lc.run(job)
-    assert str(e.value).startswith("checkpoint.uri: the recipe names none and Lambda Cloud has no object store of its own")
+    assert str(e.value).startswith(f"{tmp_path}") and ": checkpoint.uri: the recipe names none and Lambda Cloud has no " \
+        "object store of its own" in str(e.value)
     assert "providers.lambda.checkpoint_uri" in str(e.value) and e.value.exit_code == 2
-    assert lambda_env.live() == []  # the instance it had started is gone again
+    assert lambda_env.live() == []
+    assert not [p for m, p, b in lambda_env.requests if p.endswith("/launch")]  # refused before anything was rented
     provider.close()
