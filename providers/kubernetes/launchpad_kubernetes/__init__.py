@@ -15,9 +15,17 @@ the pod alive while an agent runs there and ends it otherwise, which is what mak
 command), the bootstrap exits 0, the pod Succeeds, the Job completes and the scheduler frees the GPUs;
 a pod whose client never synced (or whose agent died) ends by itself after the set-up / idle time.
 
-**Preemption**: a deleted or evicted pod gets SIGTERM; the bootstrap asks the trainer to save now
-(SAVE_NOW) while the grace period lasts. The Job has ``backoffLimit: 0``, so a lost pod is not replaced
-behind launchpad's back: `status` says PREEMPTED and the lifecycle resumes from the newest checkpoint.
+**Preemption**: a deleted or evicted pod (drain, autoscaler, the Eviction API) gets SIGTERM; the bootstrap
+asks the trainer to save now (SAVE_NOW) while the grace period lasts. The Job has ``backoffLimit: 0``, so a
+lost pod is not replaced behind launchpad's back: `status` says PREEMPTED and the lifecycle resumes from the newest checkpoint.
+
+**Multi-node** (``nodes > 1``): one Indexed Job, a pod per node, its completion index its rank
+(launchpad_kubernetes.pods). `nodes()` is a node per index; each gets its own agent through exec, and its
+job spec names every rank's pod IP and the rendezvous port (`job_spec_extras`), as a VM's does. All pods
+must be bound before the attempt counts as provisioned: a partial gang is NoCapacity.
+
+**Waiting** for pods to be bound or to start is a watch on the attempt's pods (woken by the change, with
+``poll_seconds`` as the watch's timeout), not a sleep.
 
 **Scheduling is explained, not waited on**: `provision` waits at most ``schedule_timeout`` s for the pod
 to be bound to a node; FailedScheduling events (insufficient ``nvidia.com/gpu-...``, taints, affinity)
@@ -32,6 +40,7 @@ so `down --all` and the reaper work without the state DB. Teardown deletes with
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -57,6 +66,7 @@ from .manifests import (
     secret_manifest,
     secret_name,
 )
+from .pods import attempt_state, job_state, live, pod_index, wait_for_change, waiting_reason
 
 log = logging.getLogger("launchpad.kubernetes")
 
@@ -81,7 +91,6 @@ class KubernetesProvider(VMProvider):
     # "sets" autostop.action.)
     unsupported = {
         Capability.SPOT: "launchpad does not tell a cluster's preemptible nodes apart (a lost pod is resumed all the same)",
-        Capability.MULTI_NODE: "launchpad's kubernetes provider runs single-pod Jobs so far (no Indexed Job yet)",
     }
 
     def __init__(self, config=None):
@@ -215,7 +224,7 @@ class KubernetesProvider(VMProvider):
             grace_seconds=int(c.settings.get("grace_seconds") or 60), scratch=self._scratch(c),
             service_account=c.settings.get("service_account"),
             ttl_seconds=int(c.settings.get("ttl_after_finished", 86400)),
-            image_pull_secrets=[str(s) for s in c.settings.get("image_pull_secrets") or []])
+            image_pull_secrets=[str(s) for s in c.settings.get("image_pull_secrets") or []], nodes=spec.nodes)
         docs = [job]
         if forwarded:
             shown = values if values is not None else {n: f"(the value of ${n} on the client at launch)" for n in forwarded}
@@ -258,9 +267,11 @@ class KubernetesProvider(VMProvider):
             except ProviderError as e:
                 if "already exists" not in str(e):
                     raise
-        state = self._await_scheduled(c, name, spec.token)
+        state = self._await_scheduled(c, name, spec.token, spec.nodes)
         data = {"context": c.context, "namespace": c.namespace, "name": name, "token": spec.token,
                 "root": annotations.get(ANN_ROOT), "python": c.settings.get("python") or "python3"}
+        if spec.nodes > 1:
+            data["node_count"] = spec.nodes
         return Instance(provider=NAME, id=name, job_id=spec.job_id, state=state, offer=offer, created_at=time.time(),
                         data=data)
 
@@ -268,30 +279,40 @@ class KubernetesProvider(VMProvider):
         found = c.call("list jobs", c.batch().list_namespaced_job, c.namespace,
                        label_selector=f"{JOB_TAG}={labels(spec.job_id, spec.token)[JOB_TAG]}")
         others = [j.metadata.name for j in found.items if (j.metadata.annotations or {}).get(ANN_TOKEN) != spec.token
-                  and _job_state(j) in (InstanceState.PENDING, InstanceState.RUNNING)]
+                  and not j.metadata.deletion_timestamp
+                  and job_state(j) in (InstanceState.PENDING, InstanceState.RUNNING)]
         if others:
             log.warning("kubernetes: job %s has other live Jobs in %s/%s: %s (`launchpad down %s` removes them)",
                         spec.job_id, c.context, c.namespace, ", ".join(others), spec.job_id)
 
     def _pods(self, c: Cluster, token_hash: str) -> list:
-        return list(c.call("list pods", c.core().list_namespaced_pod, c.namespace,
-                           label_selector=f"{ATTEMPT_LABEL}={token_hash}").items)
+        return self._pod_list(c, token_hash)[0]
 
-    def _await_scheduled(self, c: Cluster, name: str, token: str) -> InstanceState:
-        """Wait (at most `schedule_timeout` s) until the Job's pod is bound to a node. What keeps it from
-        being scheduled -- the scheduler's FailedScheduling message, or a quota refusal of the pod --
-        becomes a one-line NoCapacity (and the Job is deleted)."""
+    def _pod_list(self, c: Cluster, token_hash: str) -> tuple[list, str | None]:
+        """The attempt's pods and the list's resourceVersion (to watch for what changes after it)."""
+        found = c.call("list pods", c.core().list_namespaced_pod, c.namespace, label_selector=f"{ATTEMPT_LABEL}={token_hash}")
+        return list(found.items), getattr(found.metadata, "resource_version", None)
+
+    def _wait(self, c: Cluster, token_hash: str, rv: str | None) -> None:
+        wait_for_change(c, f"{ATTEMPT_LABEL}={token_hash}", rv, float(c.settings.get("poll_seconds") or 1))
+
+    def _await_scheduled(self, c: Cluster, name: str, token: str, count: int = 1) -> InstanceState:
+        """Wait (at most `schedule_timeout` s) until each of the Job's `count` pods is bound to a node (a
+        multi-node job runs only when all are: a partial gang is not capacity). What keeps one from being
+        scheduled -- the scheduler's FailedScheduling message, or a quota refusal of the pod -- becomes a
+        one-line NoCapacity (and the Job is deleted, freeing what the bound pods hold)."""
         timeout = float(c.settings.get("schedule_timeout") or 120)
         deadline = time.monotonic() + timeout
         token_hash = labels("x", token)[ATTEMPT_LABEL]
         why = None
         while True:
-            pods = self._pods(c, token_hash)
+            pods, rv = self._pod_list(c, token_hash)
+            bound = [p for p in pods if p.spec.node_name or p.status.phase in ("Running", "Succeeded", "Failed")]
+            if bound and len(bound) >= count:
+                return InstanceState.RUNNING if all(p.status.phase == "Running" for p in bound) else InstanceState.PENDING
             for pod in pods:
-                if pod.spec.node_name or pod.status.phase in ("Running", "Succeeded", "Failed"):
-                    return InstanceState.RUNNING if pod.status.phase == "Running" else InstanceState.PENDING
-            for pod in pods:
-                why = self._event(c, "Pod", pod.metadata.name, "FailedScheduling") or why
+                if pod not in bound:
+                    why = self._event(c, "Pod", pod.metadata.name, "FailedScheduling") or why
             failed_create = self._event(c, "Job", name, "FailedCreate")
             if failed_create and "exceeded quota" in failed_create:
                 self._delete(c, name)
@@ -299,8 +320,9 @@ class KubernetesProvider(VMProvider):
             if time.monotonic() > deadline:
                 self._delete(c, name)
                 reason = why or failed_create or "no pod was created"
-                raise NoCapacity(f"{c.context}: the pod was not scheduled within {timeout:.0f} s: {reason}", provider=NAME)
-            time.sleep(float(c.settings.get("poll_seconds") or 1))
+                which = "the pod was" if count == 1 else f"{count - len(bound)} of the {count} pods were"
+                raise NoCapacity(f"{c.context}: {which} not scheduled within {timeout:.0f} s: {reason}", provider=NAME)
+            self._wait(c, token_hash, rv)
 
     def _event(self, c: Cluster, kind: str, name: str, reason: str) -> str | None:
         found = c.call("list events", c.core().list_namespaced_event, c.namespace,
@@ -336,18 +358,8 @@ class KubernetesProvider(VMProvider):
         job = c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace, not_found=None)
         if job is None:
             return InstanceState.TERMINATED
-        state = _job_state(job)
-        if state is not InstanceState.RUNNING:
-            return state
-        pods = self._pods(c, job.metadata.labels.get(ATTEMPT_LABEL, ""))
-        live = [p for p in pods if not p.metadata.deletion_timestamp]
-        if not pods:
-            return InstanceState.PREEMPTED if (job.status.failed or 0) else InstanceState.PENDING
-        if not live:
-            return InstanceState.PREEMPTED  # its pod is being deleted or evicted, not by launchpad
-        phase = live[0].status.phase
-        return {"Running": InstanceState.RUNNING, "Pending": InstanceState.PENDING,
-                "Succeeded": InstanceState.TERMINATED}.get(phase, InstanceState.PREEMPTED)
+        return attempt_state(job, self._pods(c, job.metadata.labels.get(ATTEMPT_LABEL, "")),
+                             int(instance.data.get("node_count") or 1))
 
     def instances(self) -> list[Instance]:
         out = []
@@ -358,34 +370,37 @@ class KubernetesProvider(VMProvider):
                 job_id = ann.get(ANN_JOB) or job.metadata.labels.get(JOB_TAG)
                 created = job.metadata.creation_timestamp
                 out.append(Instance(
-                    provider=NAME, id=job.metadata.name, job_id=job_id, state=_job_state(job),
+                    provider=NAME, id=job.metadata.name, job_id=job_id, state=job_state(job),
                     offer=Offer(NAME, ann.get(ANN_OFFER, "unknown"), c.context),
                     created_at=created.timestamp() if hasattr(created, "timestamp") else None,
                     data={"context": c.context, "namespace": c.namespace, "name": job.metadata.name,
                           "token": ann.get(ANN_TOKEN), "root": ann.get(ANN_ROOT),
-                          "python": c.settings.get("python") or "python3"}))
+                          "python": c.settings.get("python") or "python3",
+                          **({"node_count": job.spec.completions} if (job.spec.completions or 1) > 1 else {})}))
         return out
 
     # -- reaching the pod ------------------------------------------------------------------------------------
     def transport(self, instance: Instance):
-        """An exec session into the attempt's pod once it runs (waits while it is pending, up to `boot_timeout`)."""
+        """An exec session into the node's pod (rank = completion index) once it runs (waits while it is
+        pending, up to `boot_timeout`)."""
         from .execrunner import KubeExec
 
         c = self._cluster_of(instance)
         name = str(instance.data.get("name") or instance.id)
         token_hash = labels("x", str(instance.data.get("token") or ""))[ATTEMPT_LABEL]
         deadline = time.monotonic() + float(c.settings.get("boot_timeout") or 600)
+        rank = int(instance.data.get("node_rank") or 0)
         since: float | None = None
         while True:
-            pods = [p for p in self._pods(c, token_hash) if not p.metadata.deletion_timestamp]
-            pod = pods[0] if pods else None
+            found, rv = self._pod_list(c, token_hash)
+            pod = next((p for p in live(found) if pod_index(p) == rank), None)
             if pod is not None and pod.status.phase == "Running":
                 return KubeExec(c.core(), c.namespace, pod.metadata.name, CONTAINER,
                                 label=f"{c.context}/{c.namespace}/{pod.metadata.name}")
             if pod is not None and pod.status.phase in ("Succeeded", "Failed"):
                 raise ProviderError(f"{name}: its pod {pod.metadata.name} has ended ({pod.status.phase}): "
                                     f"{self._log_tail(c, pod.metadata.name)}", provider=NAME)
-            waiting = _waiting(pod) if pod is not None else None
+            waiting = waiting_reason(pod) if pod is not None else None
             failing = waiting is not None and waiting[0] in _FAILING
             since = (since or time.monotonic()) if failing else None
             # the kubelet retries (an image pull that flaked; the attempt's own Secret, made just after its
@@ -396,12 +411,12 @@ class KubernetesProvider(VMProvider):
                 job = c.call(f"read job {name}", c.batch().read_namespaced_job, name, c.namespace, not_found=None)
                 if job is None:
                     raise ProviderError(f"{name} is gone (deleted)", provider=NAME)
-                if _job_state(job) is not InstanceState.RUNNING:
+                if job_state(job) is not InstanceState.RUNNING:
                     raise ProviderError(f"{name} has ended and its pod is gone", provider=NAME)
             if time.monotonic() > deadline:
                 raise ProviderError(f"{name}: its pod did not start in time"
                                     f"{': ' + ' '.join(waiting) if waiting else ''}", provider=NAME)
-            time.sleep(float(c.settings.get("poll_seconds") or 1))
+            self._wait(c, token_hash, rv)
 
     def _log_tail(self, c: Cluster, pod: str) -> str:
         try:
@@ -418,12 +433,41 @@ class KubernetesProvider(VMProvider):
             raise ProviderError(f"{instance.id}: its root in the pod is not known", provider=NAME)
         return str(root)
 
+    def nodes(self, instance: Instance) -> list[Instance]:
+        """Rank 0 (`instance`), then a node per further completion index of the Indexed Job."""
+        count = int(instance.data.get("node_count") or 1)
+        return [instance] + [Instance(provider=NAME, id=f"{instance.id}-{rank}", job_id=instance.job_id, state=instance.state,
+                                      offer=instance.offer, created_at=instance.created_at,
+                                      data={**instance.data, "node_rank": rank}) for rank in range(1, count)]
+
     def job_spec_extras(self, instance: Instance) -> dict[str, Any]:
         root = self.remote_root(instance)
-        scratch = self._scratch(self._cluster_of(instance))
+        c = self._cluster_of(instance)
+        scratch = self._scratch(c)
         # the idle watchdog ends the pod (so the Job completes and its GPUs are freed): see BOOTSTRAP
-        return {"autostop": {"command": ["touch", f"{root}/STOP"], "action": "terminate"}, "mount_nvme": False,
-                "expect_nvme": bool(scratch.get("hostPath")), "preemption": []}
+        extras: dict[str, Any] = {"autostop": {"command": ["touch", f"{root}/STOP"], "action": "terminate"},
+                                  "mount_nvme": False, "expect_nvme": bool(scratch.get("hostPath")), "preemption": []}
+        count = int(instance.data.get("node_count") or 1)
+        if count > 1:
+            ips = self._pod_ips(c, instance, count)
+            port = 29500 + int(hashlib.sha256(str(instance.job_id).encode()).hexdigest(), 16) % 1000
+            extras.update(nodes=[{"rank": r, "address": ips[r]} for r in range(count)],
+                          node_rank=int(instance.data.get("node_rank") or 0), master_addr=ips[0], master_port=port)
+        return extras
+
+    def _pod_ips(self, c: Cluster, instance: Instance, count: int) -> list[str]:
+        """Every rank's pod IP (the rendezvous addresses: pod IPs are routable between pods), once each
+        pod runs; at most `boot_timeout` s."""
+        token_hash = labels("x", str(instance.data.get("token") or ""))[ATTEMPT_LABEL]
+        deadline = time.monotonic() + float(c.settings.get("boot_timeout") or 600)
+        while True:
+            found, rv = self._pod_list(c, token_hash)
+            ips = {pod_index(p): p.status.pod_ip for p in live(found) if p.status.phase == "Running" and p.status.pod_ip}
+            if len(ips) >= count:
+                return [str(ips[r]) for r in range(count)]
+            if time.monotonic() > deadline:
+                raise ProviderError(f"{instance.id}: {count - len(ips)} of its {count} pods are not running", provider=NAME)
+            self._wait(c, token_hash, rv)
 
     def checkpoint_uri_for(self, instance: Instance) -> str | None:
         return self.default_checkpoint_uri()
@@ -431,22 +475,3 @@ class KubernetesProvider(VMProvider):
     def default_checkpoint_uri(self) -> str | None:
         return str(self.config["checkpoint_uri"]) if self.config.get("checkpoint_uri") else None
 
-
-def _waiting(pod) -> tuple[str, str] | None:
-    for cs in (pod.status.container_statuses or []) if pod.status else []:
-        w = cs.state.waiting if cs.state else None
-        if w is not None and w.reason:
-            return str(w.reason), " ".join(str(w.message or "").split())
-    return None
-
-
-def _job_state(job) -> InstanceState:
-    """What a Job's own status says: ended (Complete: the GPUs are free), lost (Failed), or running."""
-    if job.metadata.deletion_timestamp:
-        return InstanceState.RUNNING  # its pod may still be terminating: teardown polls
-    for cond in job.status.conditions or [] if job.status else []:
-        if cond.status == "True" and cond.type == "Complete":
-            return InstanceState.TERMINATED
-        if cond.status == "True" and cond.type == "Failed":
-            return InstanceState.PREEMPTED
-    return InstanceState.RUNNING

@@ -123,8 +123,11 @@ def job_manifest(*, name: str, namespace: str, job_id: str, token: str, tags: Ma
                  tolerations: Sequence[Mapping[str, Any]], requests: Mapping[str, str], limits: Mapping[str, str],
                  secrets: Sequence[str], secret_env: Mapping[str, str], forwarded: Sequence[str],
                  idle_seconds: float, setup_seconds: float, grace_seconds: int, scratch: Mapping[str, Any] | None,
-                 service_account: str | None, ttl_seconds: int | None, image_pull_secrets: Sequence[str] = ()) -> dict:
-    """The batch/v1 Job of one attempt. Credentials only by reference: `secrets` (envFrom), `secret_env`
+                 service_account: str | None, ttl_seconds: int | None, image_pull_secrets: Sequence[str] = (),
+                 nodes: int = 1) -> dict:
+    """The batch/v1 Job of one attempt: for `nodes` > 1 an Indexed Job, a pod per node (its completion
+    index is its rank; launchpad gives every node the others' pod IPs and the rendezvous port in its job
+    spec once all are running, as on VMs). Credentials only by reference: `secrets` (envFrom), `secret_env`
     (NAME -> "secret/key", secretKeyRef) and `forwarded` (the names launchpad copies from the client's
     environment into the attempt's own Secret, `secret_name(name)`)."""
     lab = labels(job_id, token, tags)
@@ -181,9 +184,11 @@ def job_manifest(*, name: str, namespace: str, job_id: str, token: str, tags: Ma
         pod_spec["tolerations"] = tol
     spec: dict[str, Any] = {
         "backoffLimit": 0,  # a lost pod is not replaced here: launchpad resumes the job (maybe elsewhere)
-        "completions": 1, "parallelism": 1,
+        "completions": max(1, nodes), "parallelism": max(1, nodes),
         "template": {"metadata": {"labels": lab}, "spec": pod_spec},
     }
+    if nodes > 1:  # all pods at once (parallelism), one per rank; one lost pod fails the Job (backoffLimit 0)
+        spec["completionMode"] = "Indexed"
     if ttl_seconds is not None:
         spec["ttlSecondsAfterFinished"] = int(ttl_seconds)
     return {

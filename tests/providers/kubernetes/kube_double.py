@@ -4,7 +4,8 @@ scheduler and a kubelet that run pods as local processes.
 The real client (REST and the exec websocket) talks to it over 127.0.0.1. State is in memory.
 - REST: /version; nodes (list); Jobs, Pods, Secrets, Events (create/get/list with label and field
   selectors/delete); 409 AlreadyExists on a duplicate name; 401 without the kubeconfig's bearer token.
-- Job controller: a Job gets one Pod (the template's labels plus ``job-name``, owned by the Job); a GPU
+- Job controller: a Job gets one Pod, an Indexed Job one per completion index (the template's labels plus
+  ``job-name`` and the index, owned by the Job); a GPU
   quota refusal is a FailedCreate event on the Job instead (as the API's admission answers it). Pod
   outcomes become the Job's Complete/Failed condition (``backoffLimit: 0``: no replacement pod).
 - Scheduler: extended resources against nodes' allocatable (minus what bound pods use), nodeSelector,
@@ -14,13 +15,16 @@ The real client (REST and the exec websocket) talks to it over 127.0.0.1. State 
 - Kubelet: the container's command runs as a local process: env from the manifest (values, fieldRefs,
   secretKeyRef and envFrom resolved from the stored Secrets; a missing Secret keeps the pod in
   CreateContainerConfigError until it exists), a per-pod working directory (HOME, cwd), emptyDir/hostPath
-  mount paths created as directories. Phase follows the process. Deleting the pod (or its Job) sends it
+  mount paths created as directories (no mount namespace: the pods of one Job share them). Phase follows
+  the process. Deleting the pod (or its Job) sends it
   SIGTERM, then SIGKILL after the grace period, to every process of the pod (found by a marker variable
   in their environment), as a container runtime does.
 - exec: the websocket upgrade, the ``v5.channel.k8s.io`` (preferred) / ``v4.channel.k8s.io`` channel
   protocol (stdin 0, stdout 1, stderr 2, status 3, v5 close 255), the command run as a local process in
   the pod's environment. Logs: the container's output.
-Not here: watch, RBAC, admission beyond the quota check, more than one container per pod.
+- watch (chunked event lines, see `_Handler._watch`); Indexed Jobs (a pod per completion index);
+  the eviction subresource (a graceful delete with the DisruptionTarget condition).
+Not here: RBAC, admission beyond the quota check, more than one container per pod.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from urllib.parse import parse_qs, urlparse
 
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MARK = "KUBE_DOUBLE_POD"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 
 def _now() -> str:
@@ -296,31 +301,49 @@ class KubeDouble:
 
     # -- job controller / scheduler / kubelet -------------------------------------------------------
     def _job_controller(self, job: dict) -> None:
+        """A pod per completion index (``completionMode: Indexed``: the index label, annotation, env and
+        hostname the real controller sets), else one pod; each pod is refused by the GPU quota or scheduled."""
         meta, template = job["metadata"], job["spec"]["template"]
         ns = meta["namespace"]
-        pod_name = f"{meta['name']}-{uuid.uuid4().hex[:5]}"
-        limits: dict[str, Any] = {}
-        for c in template["spec"]["containers"]:
-            limits.update((c.get("resources") or {}).get("limits") or {})
-        for resource, limit in self.gpu_quota.items():
-            used = sum(int(_limits(p).get(resource, 0)) for p in self.pods()
-                       if p["metadata"]["namespace"] == ns and p["status"].get("phase") in ("Pending", "Running"))
-            want = int(limits.get(resource, 0))
-            if want and used + want > limit:
-                self.event("Job", ns, meta["name"], "FailedCreate",
-                           f'Error creating: pods "{pod_name}" is forbidden: exceeded quota: gpu-quota, requested: '
-                           f"requests.{resource}={want}, used: requests.{resource}={used}, limited: requests.{resource}={limit}")
-                return
-        pod_labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": meta["name"],
-                      "batch.kubernetes.io/job-name": meta["name"], "controller-uid": meta["uid"]}
-        pod = {"apiVersion": "v1",
-               "metadata": {"name": pod_name, "labels": pod_labels, "ownerReferences": [
-                   {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"], "controller": True}]},
-               "spec": json.loads(json.dumps(template["spec"])), "status": {"phase": "Pending"}}
+        indexed = job["spec"].get("completionMode") == "Indexed"
         with self.lock:
-            self.objects[("Pod", ns, pod_name)] = self._meta(pod, "Pod", ns)
-            job["status"] = {"active": 1, "startTime": _now()}
-        self._schedule(pod)
+            job["status"] = {"active": 0, "startTime": _now()}
+        for index in range(int(job["spec"].get("completions") or 1) if indexed else 1):
+            pod_name = f"{meta['name']}-{index}-{uuid.uuid4().hex[:5]}" if indexed else f"{meta['name']}-{uuid.uuid4().hex[:5]}"
+            limits: dict[str, Any] = {}
+            for c in template["spec"]["containers"]:
+                limits.update((c.get("resources") or {}).get("limits") or {})
+            refused = False
+            for resource, limit in self.gpu_quota.items():
+                used = sum(int(_limits(p).get(resource, 0)) for p in self.pods()
+                           if p["metadata"]["namespace"] == ns and p["status"].get("phase") in ("Pending", "Running"))
+                want = int(limits.get(resource, 0))
+                if want and used + want > limit:
+                    self.event("Job", ns, meta["name"], "FailedCreate",
+                               f'Error creating: pods "{pod_name}" is forbidden: exceeded quota: gpu-quota, requested: '
+                               f"requests.{resource}={want}, used: requests.{resource}={used}, "
+                               f"limited: requests.{resource}={limit}")
+                    refused = True
+            if refused:
+                return
+            pod_labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": meta["name"],
+                          "batch.kubernetes.io/job-name": meta["name"], "controller-uid": meta["uid"]}
+            spec = json.loads(json.dumps(template["spec"]))
+            annotations = {}
+            if indexed:
+                pod_labels[INDEX_KEY] = str(index)
+                annotations[INDEX_KEY] = str(index)
+                spec["hostname"] = f"{meta['name']}-{index}"
+                for c in spec["containers"]:
+                    c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+            pod = {"apiVersion": "v1",
+                   "metadata": {"name": pod_name, "labels": pod_labels, "annotations": annotations, "ownerReferences": [
+                       {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"], "controller": True}]},
+                   "spec": spec, "status": {"phase": "Pending"}}
+            with self.lock:
+                self.objects[("Pod", ns, pod_name)] = self._meta(pod, "Pod", ns)
+                job["status"]["active"] += 1
+            self._schedule(pod)
 
     def _schedule(self, pod: dict) -> None:
         spec, ns = pod["spec"], pod["metadata"]["namespace"]
@@ -454,17 +477,41 @@ class KubeDouble:
             self._job_outcome(pod, succeeded=rc == 0)
 
     def _job_outcome(self, pod: dict, *, succeeded: bool) -> None:
+        """Complete once every pod (every index) succeeded; Failed at the first failure (``backoffLimit: 0``),
+        and then the Job's other pods are terminated, as the real controller does."""
         owner = next((r for r in pod["metadata"].get("ownerReferences") or [] if r["kind"] == "Job"), None)
         job = self.get("Job", pod["metadata"]["namespace"], owner["name"]) if owner else None
         if job is None or job["status"].get("conditions"):
             return
+        status = job["status"]
+        status["active"] = max(0, int(status.get("active") or 1) - 1)
         if succeeded:
-            job["status"].update(active=0, succeeded=1, completionTime=_now(),
-                                 conditions=[{"type": "Complete", "status": "True", "lastTransitionTime": _now()}])
-        else:
-            job["status"].update(active=0, failed=1, conditions=[
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": _now(),
-                 "message": "Job has reached the specified backoff limit"}])
+            status["succeeded"] = int(status.get("succeeded") or 0) + 1
+            if status["succeeded"] >= int(job["spec"].get("completions") or 1):
+                status.update(completionTime=_now(),
+                              conditions=[{"type": "Complete", "status": "True", "lastTransitionTime": _now()}])
+            return
+        status.update(failed=int(status.get("failed") or 0) + 1, conditions=[
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": _now(),
+             "message": "Job has reached the specified backoff limit"}])
+        for other in self._dependents(job["metadata"]["uid"]):
+            if other["kind"] == "Pod" and other is not pod and not other["metadata"].get("deletionTimestamp") \
+                    and other["status"].get("phase") in ("Pending", "Running"):
+                other["metadata"]["deletionTimestamp"] = _now()
+                threading.Thread(target=self._delete_pod, args=(other, False), daemon=True).start()
+
+    def evict(self, pod: dict) -> tuple[int, dict]:
+        """The eviction subresource (a node drain, the cluster autoscaler): a graceful delete of the pod,
+        marked with the DisruptionTarget condition the API server adds."""
+        with self.lock:
+            if pod["metadata"].get("deletionTimestamp"):
+                return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+            pod["status"].setdefault("conditions", []).append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                 "message": "Eviction API: evicting", "lastTransitionTime": _now()})
+        meta = pod["metadata"]
+        self.delete("Pod", meta["namespace"], meta["name"], None)
+        return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
     # -- exec ---------------------------------------------------------------------------------------
     def exec_process(self, pod: dict, command: list[str], stdin: bool) -> subprocess.Popen:
@@ -552,6 +599,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, _status(404, "NotFound", f"the server could not find {url.path}"))
         if len(rest) == 1 and method == "GET":
             sel, fsel = q.get("labelSelector", [None])[0], q.get("fieldSelector", [None])[0]
+            if q.get("watch", [""])[0].lower() in ("true", "1"):
+                return self._watch(kind, ns, sel, fsel, float(q.get("timeoutSeconds", ["30"])[0]),
+                                   since_now=bool(q.get("resourceVersion", [""])[0]))
             items = [o for o in self.kube.list_objects(kind, ns) if _matches(o["metadata"].get("labels") or {}, sel)
                      and _fields_match(o, fsel)]
             if q.get("limit"):
@@ -576,11 +626,49 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, text, "text/plain")
         if kind == "Pod" and rest[2:] == ["exec"]:
             return self._exec(obj, q)
+        if kind == "Pod" and rest[2:] == ["eviction"] and method == "POST":
+            return self._send(*self.kube.evict(obj))
         return self._send(405, _status(405, "MethodNotAllowed", f"{method} {url.path}"))
 
     do_GET = lambda self: self._route("GET")  # noqa: E731
     do_POST = lambda self: self._route("POST")  # noqa: E731
     do_DELETE = lambda self: self._route("DELETE")  # noqa: E731
+
+    def _watch(self, kind: str, ns: str, sel: str | None, fsel: str | None, timeout: float, *, since_now: bool) -> None:
+        """``?watch=true``: a chunked stream of {"type": ADDED|MODIFIED|DELETED, "object": ...} lines until
+        timeoutSeconds. Without resourceVersion every matching object comes first as ADDED (as the API does);
+        with one, only changes from now on (the double keeps no history to replay from an older version)."""
+        def snapshot() -> dict[str, str]:
+            while True:
+                try:
+                    with self.kube.lock:
+                        return {o["metadata"]["name"]: json.dumps(o, sort_keys=True) for o in self.kube.list_objects(kind, ns)
+                                if _matches(o["metadata"].get("labels") or {}, sel) and _fields_match(o, fsel)}
+                except RuntimeError:  # a kubelet thread changed a dict mid-dump: look again
+                    time.sleep(0.01)
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        seen = snapshot() if since_now else {}
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                now = snapshot()
+                events = [("ADDED" if n not in seen else "MODIFIED", t) for n, t in now.items() if seen.get(n) != t]
+                events += [("DELETED", t) for n, t in seen.items() if n not in now]
+                for type_, text in events:
+                    line = json.dumps({"type": type_, "object": json.loads(text)}).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                seen = now
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped watching
+            self.close_connection = True
 
     # -- the exec websocket ----------------------------------------------------------------------------
     def _exec(self, pod: dict, q: dict) -> None:

@@ -5,9 +5,12 @@ and the provider's settings."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import yaml
+
+from launchpad.models import JOB_TAG, InstanceSpec
 
 GFD_NODES = [
     {"name": "gpu-a100-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920",
@@ -44,3 +47,21 @@ def settings(tmp_path: Path, kubeconfig: Path, **extra) -> dict:
     }
     cfg.update(extra)
     return cfg
+
+
+def spec_for(job_id: str, token: str | None = None, **kw) -> InstanceSpec:
+    return InstanceSpec(job_id=job_id, token=token or f"{job_id}-t1", tags={JOB_TAG: job_id}, **kw)
+
+
+def offer_of(provider, gpu: str, count: int = 1, region: str | None = None):
+    return next(o for o in provider.offers() if o.gpu == gpu and o.gpu_count == count and (region is None or o.region == region))
+
+
+def wait_for(fn, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")

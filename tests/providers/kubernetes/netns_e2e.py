@@ -104,8 +104,8 @@ def test_pod_deletion_is_a_preemption_resumed_from_the_last_checkpoint(kube, kub
             pytest.fail("no checkpoint before the deadline")
         assert first is not None
         pod = next(p for p in kube.pods() if p["metadata"]["labels"]["job-name"] == first["metadata"]["name"])
-        status, _ = kube.delete("Pod", "ml", pod["metadata"]["name"], None)  # the node is drained / the pod evicted
-        assert status == 200
+        status, _ = kube.evict(pod)  # the node is drained: the eviction API, a graceful delete of the pod
+        assert status == 201
         out, err = up.communicate(timeout=600)
     finally:
         if up.poll() is None:
@@ -121,3 +121,4 @@ def test_pod_deletion_is_a_preemption_resumed_from_the_last_checkpoint(kube, kub
     posted = [b["metadata"]["name"] for m, p, b in kube.requests if m == "POST" and p.endswith("/jobs")]
     assert len(posted) == 2 and posted[0] != posted[1]  # a new attempt, a new Job
     assert kube.jobs() == [] and no_pod_processes(kube)
+

@@ -83,5 +83,6 @@ def test_the_readme_role_validates_and_covers_what_the_provider_calls():
     validate(role)
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     needed = {("batch", "jobs", "create"), ("batch", "jobs", "delete"), ("batch", "jobs", "list"), ("", "pods", "list"),
+              ("", "pods", "watch"),
               ("", "pods/exec", "create"), ("", "pods/exec", "get"), ("", "events", "list"), ("", "secrets", "create")}
     assert needed <= granted

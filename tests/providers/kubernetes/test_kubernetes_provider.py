@@ -10,34 +10,16 @@ import time
 
 import pytest
 from kube_double import KubeDouble
-from kube_helpers import COREWEAVE_NODES, settings, write_kubeconfig
+from kube_helpers import COREWEAVE_NODES, offer_of, settings, spec_for, wait_for, write_kubeconfig
 
 from launchpad.errors import NoCapacity, ProviderError, QuotaExceeded
-from launchpad.models import JOB_TAG, InstanceSpec, InstanceState
-
-
-def spec_for(job_id: str, token: str | None = None, **kw) -> InstanceSpec:
-    return InstanceSpec(job_id=job_id, token=token or f"{job_id}-t1", tags={JOB_TAG: job_id}, **kw)
-
-
-def offer_of(provider, gpu: str, count: int = 1, region: str | None = None):
-    return next(o for o in provider.offers() if o.gpu == gpu and o.gpu_count == count and (region is None or o.region == region))
+from launchpad.models import JOB_TAG, InstanceState
 
 
 def provider_with(kube_config, **changes):
     from launchpad_kubernetes import KubernetesProvider
 
     return KubernetesProvider({**kube_config, **changes})
-
-
-def wait_for(fn, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def test_check_describes_the_context_and_offers_come_from_node_labels(k8s):
