@@ -72,12 +72,42 @@ class StatusRows:
             row.update(status_fields(evs))  # the preflight's figures and warnings
             row["phase_times"] = phase_times(evs)
             live = [s.instance for s in mine if s.instance.state is not InstanceState.TERMINATED]
+            if mine:
+                row["estimate_usd"] = plan_estimate(job.plan, mine[-1].instance.offer)
             if live and not job.state.finished:
                 inst = live[-1]
                 try:
                     p = self.provider(inst.provider).progress(inst)
-                    row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat)
+                    row.update(phase=p.phase, tokens_per_s=p.tokens_per_s, heartbeat=p.heartbeat,
+                               losses=[list(x) for x in p.losses], eval_losses=[list(x) for x in p.eval_losses],
+                               step_seconds=p.step_seconds, eval_loss=p.eval_losses[-1][1] if p.eval_losses else None)
+                    if p.step > (row.get("step") or 0):  # fresher than the last refresh recorded
+                        row.update(step=p.step, loss=p.loss if p.loss is not None else row.get("loss"))
                 except Exception:  # status shows what it can even when a provider is unreachable
                     row["phase"] = "unknown"
+                row.update(forecast(row, sum(s.price_per_hour or 0 for s in mine if s.ended_at is None)))
             rows.append(row)
         return rows
+
+
+def plan_estimate(plan: list[dict[str, Any]] | None, offer: Any) -> float | None:
+    """The plan's estimated total (USD) for the offer the job runs on, or None when it was not planned."""
+    if not plan or offer is None:
+        return None
+    for entry in plan:
+        o = entry.get("offer") or {}
+        if (o.get("provider"), o.get("instance_type"), o.get("region")) == (offer.provider, offer.instance_type, offer.region):
+            cost = entry.get("est_cost")
+            return round(float(cost), 4) if isinstance(cost, (int, float)) else None
+    return None
+
+
+def forecast(row: dict[str, Any], price_per_hour: float) -> dict[str, Any]:
+    """ETA to the last step at the measured step time, and the cost it projects: what has billed so far
+    plus the remaining time at the live instances' price."""
+    step, total, per_step = row.get("step") or 0, row.get("total_steps"), row.get("step_seconds")
+    if not total or not per_step or step >= total:
+        return {}
+    eta = (total - step) * float(per_step)
+    spent = (row.get("cost_usd") or 0) + (row.get("disk_usd") or 0)
+    return {"eta_s": round(eta, 1), "projected_usd": round(spent + eta / 3600 * price_per_hour, 4)}

@@ -153,6 +153,7 @@ class CheckpointRef:
     step: int
     files: int = 0
     bytes: int = 0
+    created_at: float | None = field(default=None, compare=False)  # when its manifest was written (unix time)
 
     @property
     def name(self) -> str:
@@ -192,6 +193,8 @@ class JobProgress:
     exit_code: int | None = None
     error: str | None = None
     losses: tuple[tuple[int, float], ...] = ()
+    eval_losses: tuple[tuple[int, float], ...] = ()
+    step_seconds: float | None = None  # mean seconds per step since the first one (the ETA's basis)
     prewarm_done_bytes: int = 0
     prewarm_total_bytes: int = 0
     warning: str | None = None  # e.g. "no local NVMe: pre-warming to the largest local disk"
@@ -219,6 +222,8 @@ class JobProgress:
             exit_code=exit_code,
             error=status.get("error"),
             losses=tuple((int(s), float(loss)) for s, loss in status.get("losses", [])),
+            eval_losses=tuple((int(s), float(loss)) for s, loss in status.get("eval_losses") or []),
+            step_seconds=status.get("step_seconds"),
             prewarm_done_bytes=int(prewarm.get("done_bytes") or 0),
             prewarm_total_bytes=int(prewarm.get("total_bytes") or 0),
             warning=prewarm.get("warning"),

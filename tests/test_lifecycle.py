@@ -106,6 +106,15 @@ def test_up_smoke_recipe_end_to_end(run_cli, launchpad_home):
     assert instance_dirs(launchpad_home) == [], "the local instance is torn down after success"
     assert "step 100/100" in run_cli("logs", job["id"], check=True).stdout
 
+    # the terminal view of the finished run: its curve comes from the store, at 80 and 120 columns
+    for columns in (80, 120):
+        text = run_cli("status", job["id"], check=True, env={"COLUMNS": str(columns)}).stdout
+        assert all(len(line) <= columns for line in text.splitlines()), text
+        assert job["id"] in text and "100 logged" in text and "checkpoint-100, complete, written" in text, text
+        curve = next(line for line in text.splitlines() if "loss curve" in line)
+        assert curve.count("▁") + curve.count("█") >= 5  # a drawn curve: high at the start, low at the end
+        assert curve.index("█") < curve.index("▁")
+
 
 def test_kill_9_then_resume_continues_from_the_checkpoint(run_cli, launchpad_home, tmp_path):
     recipe = make_recipe(tmp_path, "killme", max_steps=120, checkpoint={"every_steps": 20, "keep": 3})

@@ -218,40 +218,85 @@ def _print_outcome(job, as_json: bool, detach: bool) -> None:
 @click.argument("job", required=False)
 @click.option("--all", "all_", is_flag=True,
               help="Every job; by default the live ones and the 10 newest finished.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh in place until the job (or every shown job) has ended.")
+@click.option("--interval", type=float, default=2.0, show_default=True, metavar="SECONDS",
+              help="--watch: seconds between refreshes.")
 @json_option
-def status(job: str | None, all_: bool, as_json: bool) -> None:
-    """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk)."""
+def status(job: str | None, all_: bool, watch: bool, interval: float, as_json: bool) -> None:
+    """Jobs with phase, step/total, loss, last checkpoint and cost so far (instance time + disk). For one
+    JOB also its loss curve, eval loss, speed, ETA, projected cost against the plan, and the newest
+    checkpoint complete in its store."""
+    import json
+    import time
+
+    from ..errors import BadInput
     from ..lifecycle import Lifecycle
     from ..plugins import provider_for
     from ..state import StateDB
+    from ._progress_view import from_store
     from ._run import RichReporter, _QuietReporter, print_warnings
-    from ._views import STATUS_LATEST, render_job, render_jobs
+    from ._views import STATUS_LATEST, job_view, jobs_view
 
+    if interval <= 0:
+        raise BadInput(f"--interval {interval:g}: must be more than 0 seconds; e.g. --interval 2")
     db = StateDB.open()
     # No provider is checked up front (open_lifecycle checks every installed one: AWS alone costs 0.3 s
     # and may reach the network): a live job's provider is built when its row needs it, as provider_for
     # builds it for any job that already ran there.
     lc = Lifecycle(db, {}, {}, _QuietReporter() if as_json else RichReporter(), provider_factory=provider_for)
+    warned: set[str] = set()
 
     def warn(job_id: str, e: Exception) -> None:
-
-        err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
+        if job_id not in warned:  # once, not at every refresh of --watch
+            warned.add(job_id)
+            err_console().print(f"[yellow]![/] {esc(job_id)}: cannot refresh: {esc(e)}", soft_wrap=True)
 
     latest = None if (all_ or job) else STATUS_LATEST
-    rows = lc.status_rows(job, on_error=warn, latest=latest)  # with cost_usd and disk_usd
-    hidden = lc.db.count_jobs() - len(rows) if latest is not None else 0
+
+    def snapshot() -> tuple[list[dict], int]:
+        rows = lc.status_rows(job, on_error=warn, latest=latest)  # with cost_usd and disk_usd
+        if job:
+            rows[0].update(from_store(rows[0], lc.db.job(rows[0]["id"]).spec.checkpoint_uri))
+        return rows, (lc.db.count_jobs() - len(rows) if latest is not None else 0)
+
+    def view(rows: list[dict], hidden: int):
+        from rich.console import Group
+        from rich.text import Text
+
+        width = console().width
+        body = job_view(rows[0], list(lc.db.events(rows[0]["id"])), width) if job else jobs_view(rows, width)
+        return Group(body, Text(f"{hidden} older jobs hidden: `launchpad status --all`", style="dim")) if hidden > 0 else body
+
+    def ended(rows: list[dict]) -> bool:
+        return all(r["state"] in ("SUCCEEDED", "FAILED", "INTERRUPTED") for r in rows)
+
+    rows, hidden = snapshot()
     print_warnings(lc.db)  # damaged rows are skipped, and said so
     footer = f"{hidden} older jobs hidden: `launchpad status --all`"
     if as_json:
-        emit_json(rows)
-        if hidden > 0:  # stdout stays one JSON document
+        if not watch:
+            emit_json(rows)
+        else:  # one JSON document per line and refresh (NDJSON), the last once every job has ended
+            while True:
+                sys.stdout.write(json.dumps(rows, default=str) + "\n")
+                sys.stdout.flush()
+                if ended(rows):
+                    break
+                time.sleep(interval)
+                rows, hidden = snapshot()
+        if hidden > 0:  # stdout stays JSON
             err_console().print(footer, markup=False, soft_wrap=True)
-    elif job:
-        render_job(rows[0], list(lc.db.events(rows[0]["id"])))
-    else:
-        render_jobs(rows)
-        if hidden > 0:
-            console().print(footer, markup=False, style="dim", soft_wrap=True)
+        return
+    if not watch:
+        console().print(view(rows, hidden))
+        return
+    from rich.live import Live
+
+    with Live(view(rows, hidden), console=console(), refresh_per_second=4, auto_refresh=False) as live:
+        while not ended(rows):
+            time.sleep(interval)
+            rows, hidden = snapshot()
+            live.update(view(rows, hidden), refresh=True)
 
 
 @cli.command()

@@ -149,6 +149,7 @@ def _ref(store: Store, manifest: Manifest) -> CheckpointRef:
         step=manifest.step,
         files=len(manifest.files),
         bytes=sum(f.size for f in manifest.files),
+        created_at=manifest.created_at or None,
     )
 
 

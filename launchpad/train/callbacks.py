@@ -23,10 +23,13 @@ def make_callbacks(
     from transformers import TrainerCallback
 
     class ProgressCallback(TrainerCallback):
-        """One log line and one status.json write per logging step; tokens/s over the last interval."""
+        """One log line and one status.json write per logging step; tokens/s over the last interval;
+        seconds per step since the first step ended (the ETA's basis: the first step's compile and
+        warm-up would skew it); eval loss when the trainer evaluates."""
 
         def __init__(self) -> None:
             self._last: tuple[float, int] | None = None
+            self._first: tuple[float, int] | None = None  # (when, global step) at the end of the first step
 
         def on_train_begin(self, args, state, control, **kwargs):
             self._last = (time.monotonic(), state.num_input_tokens_seen)
@@ -34,9 +37,14 @@ def make_callbacks(
 
         def on_step_end(self, args, state, control, **kwargs):
             status.mark("first_step")  # once: the end of the first optimizer step (time to first step)
+            if self._first is None:
+                self._first = (time.monotonic(), state.global_step)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = logs or {}
+            if "eval_loss" in logs:
+                status.add_eval_loss(state.global_step, float(logs["eval_loss"]))
+                log(f"step {state.global_step}/{state.max_steps} eval loss {float(logs['eval_loss']):.4f}")
             if "loss" not in logs:
                 return
             now, seen = time.monotonic(), state.num_input_tokens_seen
@@ -44,8 +52,12 @@ def make_callbacks(
             if self._last is not None and now > self._last[0] and seen > self._last[1]:
                 tps = round((seen - self._last[1]) / (now - self._last[0]), 1)
             self._last = (now, seen)
+            step_s = None
+            if self._first is not None and state.global_step > self._first[1]:
+                step_s = round((now - self._first[0]) / (state.global_step - self._first[1]), 4)
             loss = float(logs["loss"])
-            status.add_loss(state.global_step, loss, epoch=state.epoch, tokens_per_s=tps, total_steps=state.max_steps)
+            status.add_loss(state.global_step, loss, epoch=state.epoch, tokens_per_s=tps, total_steps=state.max_steps,
+                            **({"step_seconds": step_s} if step_s else {}))
             lr = logs.get("learning_rate")
             log(
                 f"step {state.global_step}/{state.max_steps} loss {loss:.4f}"

@@ -2,7 +2,8 @@
 
 Keys (read by `launchpad.models.JobProgress.from_status`):
     job_id, pid, phase (loading|training|saving|done|failed), step, total_steps, epoch, loss,
-    losses [[step, loss], ...] (the newest MAX_LOSSES), tokens_per_s,
+    losses [[step, loss], ...] (the newest MAX_LOSSES), eval_loss, eval_losses [[step, loss], ...], tokens_per_s,
+    step_seconds (mean seconds per optimizer step since the first step ended: the ETA's basis),
     last_checkpoint {"step", "uri"} | null, resumed_from {"step", "uri"} | null,
     heartbeat (unix time of the last write), started_at, finished (bool), error (one line | null),
     phase_times {phase: unix time it first began, "first_step": the first optimizer step's end}
@@ -58,7 +59,10 @@ class StatusWriter:
             "epoch": None,
             "loss": None,
             "losses": [],
+            "eval_loss": None,
+            "eval_losses": [],
             "tokens_per_s": None,
+            "step_seconds": None,
             "last_checkpoint": None,
             "resumed_from": None,
             "heartbeat": now,
@@ -99,6 +103,16 @@ class StatusWriter:
             losses.append([int(step), float(loss)])
             del losses[:-MAX_LOSSES]
             self._doc.update(step=int(step), loss=float(loss), **fields)
+            self._write_locked()
+
+    def add_eval_loss(self, step: int, loss: float) -> None:
+        """Record one evaluation's loss (the newest MAX_LOSSES kept) and write."""
+        with self._lock:
+            evals = self._doc["eval_losses"]
+            evals[:] = [pair for pair in evals if pair[0] < step]
+            evals.append([int(step), float(loss)])
+            del evals[:-MAX_LOSSES]
+            self._doc["eval_loss"] = float(loss)
             self._write_locked()
 
     def _write_locked(self) -> None:

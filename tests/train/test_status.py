@@ -26,6 +26,7 @@ def test_document_has_every_key_jobprogress_reads(tmp_path):
     assert set(doc) == {
         "job_id", "pid", "phase", "step", "total_steps", "epoch", "loss", "losses", "tokens_per_s",
         "last_checkpoint", "resumed_from", "heartbeat", "started_at", "finished", "error", "phase_times",
+        "eval_loss", "eval_losses", "step_seconds",
     }
     s.mark("first_step")
     s.update(phase="saving")
