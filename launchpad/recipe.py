@@ -370,6 +370,12 @@ class Recipe(_Strict):
         "zero3-offload. \"auto\" values are filled from the recipe."))
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Random seed for data order and initialisation.")
     logging_steps: int = Field(1, ge=1, le=10**9, description="Log loss every this many optimizer steps.")
+    wandb_project: str | None = Field(None, min_length=1, max_length=128, description=(
+        "Report to Weights & Biases in this project (Axolotl's key; wandb must be installed where the job runs; "
+        "give the key as env: WANDB_API_KEY: ${env:WANDB_API_KEY}). TensorBoard event files are always written "
+        "to the store, next to the checkpoints."))
+    wandb_entity: str | None = Field(None, min_length=1, max_length=128, description="The W&B team or user (Axolotl's key).")
+    wandb_name: str | None = Field(None, min_length=1, max_length=128, description="The W&B run's name (Axolotl's key).")
 
     resources: Resources = Field(default_factory=Resources, description=Resources.__doc__)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description=Checkpoint.__doc__)

@@ -106,6 +106,16 @@ def test_up_smoke_recipe_end_to_end(run_cli, launchpad_home):
     assert instance_dirs(launchpad_home) == [], "the local instance is torn down after success"
     assert "step 100/100" in run_cli("logs", job["id"], check=True).stdout
 
+    # TensorBoard reads the run's scalars from the job's folder in the store (the instance is gone)
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer  # type: ignore[import-untyped]
+
+    runs = launchpad_home / "checkpoints" / job["id"] / "runs"
+    mux = EventMultiplexer().AddRunsFromDirectory(str(runs))
+    mux.Reload()
+    scalars = [e for run in mux.Runs() for e in mux.Scalars(run, "train/loss")]
+    assert len(scalars) == 100 and scalars[0].value > 6, [r for r in mux.Runs()]
+    assert latest_checkpoint(store, job["id"]).step == 100  # the runs/ folder is no checkpoint to the store's scan
+
     # the terminal view of the finished run: its curve comes from the store, at 80 and 120 columns
     for columns in (80, 120):
         text = run_cli("status", job["id"], check=True, env={"COLUMNS": str(columns)}).stdout

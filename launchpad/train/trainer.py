@@ -119,7 +119,7 @@ def deepspeed_config(spec: TrainJob) -> dict[str, Any] | None:
 
 
 def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] | None = None,
-                  optim: str = "adamw_torch"):
+                  optim: str = "adamw_torch", report: list[str] | None = None):
     import torch
     from trl import SFTConfig
 
@@ -156,7 +156,8 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
         deepspeed=ds_config,
         max_length=r.sequence_len,
         packing=False,
-        report_to="none",
+        report_to=report or "none",  # launchpad.train.reporting: TensorBoard, W&B, MLflow
+        **({"run_name": r.wandb_name} if getattr(r, "wandb_name", None) else {}),
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
@@ -237,7 +238,11 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
     if ref is None and ranks.is_node_main:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
-    args = training_args(spec, prec, ds_config=ds_config, optim=optim)
+    from .reporting import RunsMirror, integration_env, mirror_callback, report_to
+
+    os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
+    report = report_to(recipe, log=log if ranks.is_main else lambda _m: None)
+    args = training_args(spec, prec, ds_config=ds_config, optim=optim, report=report)
     if ref is not None and resume_dir is not None and reached_last_step(resume_dir, ref.step, args.max_steps):
         # Finished work stays finished: no step past the last, no new checkpoint, nothing pruned.
         log(f"{ref.name} is the last step of {spec.job_id}: nothing left to train")
@@ -258,6 +263,9 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     # is shared by SyncSaveCallback. Other ranks watch a file that never appears.
     save_now = spec.save_now_flag if ranks.is_node_main else spec.workdir / f".no-save-now-{ranks.rank}"
     before, after = make_distributed_callbacks(ranks, store, spec.job_id, log=log)
+    mirror = RunsMirror(store, spec.job_id, spec.workdir / "runs", log=log) if ranks.is_main and "tensorboard" in report else None
+    if mirror is not None:
+        after = [*after, mirror_callback(mirror)]
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -284,6 +292,8 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
             raise OutOfMemory(oom_advice(recipe, on_gpu=torch.cuda.is_available())) from e
         raise
     uploader.close()
+    if mirror is not None:
+        mirror.sync()  # the last events (the integration closed its writer at the end of training)
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")

@@ -1,0 +1,99 @@
+"""Where the trainer's metrics go besides status.json: the standard tools, through transformers' own
+`report_to` integrations (not hand-written loggers).
+
+* **TensorBoard**, always when `tensorboard` is installed (it is in launchpad's ``train`` extra): event
+  files in ``<workdir>/runs``, copied to the job's store at ``<job>/runs/`` at every checkpoint and at the
+  end, so ``tensorboard --logdir <checkpoint uri>/<job>/runs`` reads them from any machine, after the
+  instance is gone. A resumed attempt adds its own event file next to the earlier ones.
+* **Weights & Biases** when the recipe sets ``wandb_project`` (Axolotl's keys: ``wandb_entity``,
+  ``wandb_name``); the API key comes through the recipe's ``env`` (``WANDB_API_KEY: ${env:WANDB_API_KEY}``),
+  never stored.
+* **MLflow** when ``MLFLOW_TRACKING_URI`` is set in the trainer's environment.
+
+Mirroring to the store never fails a run: a store that refuses is said once in the log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+RUNS = "runs"
+
+
+def report_to(recipe: Any, env: Mapping[str, str] = os.environ, log: Callable[[str], None] = print) -> list[str]:
+    """The `report_to` integrations for this run (a missing package is said, not fatal)."""
+    out: list[str] = []
+    if importlib.util.find_spec("tensorboard") is not None:
+        out.append("tensorboard")
+    else:
+        log("tensorboard is not installed: no TensorBoard event files (pip install tensorboard)")
+    if getattr(recipe, "wandb_project", None):
+        if importlib.util.find_spec("wandb") is not None:
+            out.append("wandb")
+        else:
+            log(f"wandb_project {recipe.wandb_project}: wandb is not installed on the instance: not reporting to W&B "
+                "(add it to the image, or `pip install wandb`)")
+    if env.get("MLFLOW_TRACKING_URI"):
+        if importlib.util.find_spec("mlflow") is not None:
+            out.append("mlflow")
+        else:
+            log("MLFLOW_TRACKING_URI is set but mlflow is not installed: not reporting to MLflow")
+    return out
+
+
+def integration_env(recipe: Any, workdir: Path) -> dict[str, str]:
+    """Environment the integrations read when they start: where TensorBoard writes, W&B's project."""
+    env = {"TENSORBOARD_LOGGING_DIR": str(workdir / RUNS)}
+    for key, var in (("wandb_project", "WANDB_PROJECT"), ("wandb_entity", "WANDB_ENTITY"), ("wandb_name", "WANDB_NAME")):
+        value = getattr(recipe, key, None)
+        if value:
+            env[var] = str(value)
+    return env
+
+
+class RunsMirror:
+    """Copies the new or grown files of the local ``runs`` folder to ``<job>/runs/`` in the store."""
+
+    def __init__(self, store: Any, job_id: str, folder: Path, *, log: Callable[[str], None] = print):
+        self.store, self.job_id, self.folder, self.log = store, job_id, Path(folder), log
+        self._sent: dict[str, int] = {}
+        self._failed = False
+
+    def sync(self) -> int:
+        """Upload what changed since the last call; the number of files sent. Never raises."""
+        if not self.folder.is_dir():
+            return 0
+        sent = 0
+        try:
+            for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+                rel = path.relative_to(self.folder).as_posix()
+                size = path.stat().st_size
+                if self._sent.get(rel) == size:
+                    continue
+                self.store.put_file(path, f"{self.job_id}/{RUNS}/{rel}")
+                self._sent[rel] = size
+                sent += 1
+        except Exception as e:  # metrics are a view: a refusing store must not end the run
+            if not self._failed:
+                self.log(f"warning: cannot copy the TensorBoard logs to the store ({str(e).splitlines()[0]}); "
+                         "training goes on")
+            self._failed = True
+        return sent
+
+
+def mirror_callback(mirror: RunsMirror):
+    """A TrainerCallback that mirrors at every checkpoint save and at the end of training."""
+    from transformers import TrainerCallback
+
+    class MirrorRuns(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            mirror.sync()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            mirror.sync()
+
+    return MirrorRuns()
