@@ -137,9 +137,12 @@ def test_a_damaged_job_row_hides_nothing_else(run_cli, launchpad_home, tmp_path)
 
     recipe = make_recipe(tmp_path, "fine", max_steps=2)
     run_cli("up", str(recipe), check=True, timeout=240)
-    run_cli("up", str(make_recipe(tmp_path, "broken", max_steps=2)), check=True, timeout=240)
     conn = sqlite3.connect(launchpad_home / "state.db")
-    conn.execute("UPDATE jobs SET spec_json = '{not json' WHERE name = 'broken'")
+    # a second job as `up` recorded it (a copy of the first row), then damaged: one training run is enough
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
+    row = dict(zip(cols, conn.execute("SELECT * FROM jobs WHERE name = 'fine'").fetchone()))
+    row.update(id=f"broken-{row['id'].rsplit('-', 1)[-1]}", name="broken", spec_json="{not json")
+    conn.execute(f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", [row[c] for c in cols])
     conn.commit()
     conn.close()
     proc = run_cli("status", "--json")
