@@ -140,7 +140,7 @@ def test_a_damaged_job_row_hides_nothing_else(run_cli, launchpad_home, tmp_path)
     conn = sqlite3.connect(launchpad_home / "state.db")
     # a second job as `up` recorded it (a copy of the first row), then damaged: one training run is enough
     cols = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
-    row = dict(zip(cols, conn.execute("SELECT * FROM jobs WHERE name = 'fine'").fetchone()))
+    row = dict(zip(cols, conn.execute("SELECT * FROM jobs WHERE name = 'fine'").fetchone(), strict=True))
     row.update(id=f"broken-{row['id'].rsplit('-', 1)[-1]}", name="broken", spec_json="{not json")
     conn.execute(f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", [row[c] for c in cols])
     conn.commit()

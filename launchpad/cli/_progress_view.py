@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..failover import duration
+from ._views import _age
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -31,16 +32,6 @@ def sparkline(values: Sequence[float], width: int) -> str:
     lo, hi = min(vals), max(vals)
     span = hi - lo
     return "".join(_BLOCKS[int((v - lo) / span * (len(_BLOCKS) - 1)) if span else 0] for v in vals)
-
-
-def _age(ts: float | None) -> str:
-    if not ts:
-        return ""
-    s = max(0.0, time.time() - ts)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.0f}{unit} ago"
-    return f"{s:.0f}s ago"
 
 
 def from_store(row: dict[str, Any], checkpoint_uri: str | None) -> dict[str, Any]:
