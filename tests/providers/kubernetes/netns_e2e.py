@@ -82,7 +82,8 @@ def test_a_job_is_found_by_label_after_the_state_db_is_deleted(run_cli, launchpa
 
 
 def test_pod_deletion_is_a_preemption_resumed_from_the_last_checkpoint(kube, kube_config, tmp_path, launchpad_home):
-    path = recipe(tmp_path, "k8s-preempt", steps=60, every=10)
+    # an idle machine trains ~20 steps/s: enough steps that the eviction lands mid-run, not after the last
+    path = recipe(tmp_path, "k8s-preempt", steps=150, every=10)
     env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(path), "--provider", "kubernetes", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
@@ -112,7 +113,7 @@ def test_pod_deletion_is_a_preemption_resumed_from_the_last_checkpoint(kube, kub
             up.kill()
     assert up.returncode == 0, out[-2000:] + err[-4000:]
     job = json.loads(out)
-    assert job["state"] == "SUCCEEDED" and job["step"] == 60
+    assert job["state"] == "SUCCEEDED" and job["step"] == 150
     db = StateDB(launchpad_home / "state.db")
     kinds = [e["kind"] for e in db.events(job["id"])]
     assert "preempted" in kinds and "auto-resume" in kinds, kinds
