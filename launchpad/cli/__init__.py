@@ -228,9 +228,11 @@ def status(job: str | None, all_: bool, watch: bool, interval: float, as_json: b
     checkpoint complete in its store."""
     import json
     import time
+    from typing import Any
 
     from ..errors import BadInput
     from ..lifecycle import Lifecycle
+    from ..models import JobState
     from ..plugins import provider_for
     from ..state import StateDB
     from ._progress_view import from_store
@@ -253,10 +255,19 @@ def status(job: str | None, all_: bool, watch: bool, interval: float, as_json: b
 
     latest = None if (all_ or job) else STATUS_LATEST
 
+    # the store is read again only when the job's last checkpoint (or whether a live curve exists) changed
+    store_key: list[tuple] = []
+    store_found: dict[str, Any] = {}
+
     def snapshot() -> tuple[list[dict], int]:
         rows = lc.status_rows(job, on_error=warn, latest=latest)  # with cost_usd and disk_usd
         if job:
-            rows[0].update(from_store(rows[0], lc.db.job(rows[0]["id"]).spec.checkpoint_uri))
+            key = (rows[0].get("last_checkpoint"), bool(rows[0].get("losses")))
+            if store_key != [key]:
+                store_key[:] = [key]
+                store_found.clear()
+                store_found.update(from_store(rows[0], lc.db.job(rows[0]["id"]).spec.checkpoint_uri))
+            rows[0].update(store_found)
         return rows, (lc.db.count_jobs() - len(rows) if latest is not None else 0)
 
     def view(rows: list[dict], hidden: int):
@@ -268,7 +279,7 @@ def status(job: str | None, all_: bool, watch: bool, interval: float, as_json: b
         return Group(body, Text(f"{hidden} older jobs hidden: `launchpad status --all`", style="dim")) if hidden > 0 else body
 
     def ended(rows: list[dict]) -> bool:
-        return all(r["state"] in ("SUCCEEDED", "FAILED", "INTERRUPTED") for r in rows)
+        return all(JobState(r["state"]).finished for r in rows)
 
     rows, hidden = snapshot()
     print_warnings(lc.db)  # damaged rows are skipped, and said so
