@@ -26,11 +26,12 @@ class StatusRows:
 
     def status_rows(self, job_ref: str | None = None, *,
                     on_error: Callable[[str, LaunchpadError], None] | None = None,
-                    latest: int | None = None) -> list[dict[str, Any]]:
+                    latest: int | None = None, refresh: bool = True) -> list[dict[str, Any]]:
         """What `launchpad status` shows: each job (or one), reconciled with its provider first, with
         the live phase and speed when an instance runs. One unreachable provider never hides the other
         jobs: its error goes to `on_error` and its job is shown as last recorded. `latest=N` (no job_ref):
-        only the jobs not finished plus the N newest finished ones.
+        only the jobs not finished plus the N newest finished ones. `refresh=False`: nothing is recorded (the
+        dashboard, which writes nothing): a live job is shown as recorded plus what its instance reports.
 
         A fixed number of queries whatever the number of jobs (the jobs, then their instances and their
         events in one query each): 10,000 jobs used to take 6 queries each. Providers are asked only
@@ -48,7 +49,7 @@ class StatusRows:
             listed = self.db.jobs(live_or_latest=latest) if latest is not None else self.db.jobs()
         jobs = []
         for job in listed:
-            if job.state is JobState.TRAINING:  # its trainer may have ended while nobody watched
+            if refresh and job.state is JobState.TRAINING:  # its trainer may have ended while nobody watched
                 try:
                     job = self.refresh(job.id)
                 except JobNotFound:
@@ -74,6 +75,7 @@ class StatusRows:
             live = [s.instance for s in mine if s.instance.state is not InstanceState.TERMINATED]
             if mine:
                 row["estimate_usd"] = plan_estimate(job.plan, mine[-1].instance.offer)
+                row["gpu"] = gpu_label(mine[-1].instance.offer)
             if live and not job.state.finished:
                 inst = live[-1]
                 try:
@@ -83,11 +85,24 @@ class StatusRows:
                                step_seconds=p.step_seconds, eval_loss=p.eval_losses[-1][1] if p.eval_losses else None)
                     if p.step > (row.get("step") or 0):  # fresher than the last refresh recorded
                         row.update(step=p.step, loss=p.loss if p.loss is not None else row.get("loss"))
+                    if p.total_steps and not row.get("total_steps"):  # not refreshed yet (refresh=False)
+                        row["total_steps"] = p.total_steps
+                    row["trainer_running"] = p.running
                 except Exception:  # status shows what it can even when a provider is unreachable
                     row["phase"] = "unknown"
                 row.update(forecast(row, sum(s.price_per_hour or 0 for s in mine if s.ended_at is None)))
             rows.append(row)
         return rows
+
+
+def gpu_label(offer: Any) -> str | None:
+    """``8x H100 80GB`` (per instance), ``CPU`` for an offer without one, None when not known."""
+    if offer is None:
+        return None
+    if not offer.gpu:
+        return "CPU"
+    memory = f" {offer.gpu_memory_gb:g}GB" if offer.gpu_memory_gb else ""
+    return f"{offer.gpu_count or 1}x {offer.gpu}{memory}"
 
 
 def plan_estimate(plan: list[dict[str, Any]] | None, offer: Any) -> float | None:

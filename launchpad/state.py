@@ -148,13 +148,16 @@ class StateDB:
 
     _conn: Any  # sqlite3.Connection here, psycopg's in launchpad.state_pg
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, readonly: bool = False):
         self.path = Path(path)
         #: where the state is, for messages (never a password)
         self.where = str(self.path)
         self._lock = threading.RLock()
         #: what the user should hear about this state file (a truncated file, damaged rows): the CLI prints it
         self.warnings: list[str] = []
+        if readonly:
+            self._open_readonly()
+            return
         if _truncated(self.path):
             self.warnings.append(
                 f"the state database {self.path} was empty (0 bytes, truncated?): the jobs it recorded are unknown "
@@ -176,19 +179,37 @@ class StateDB:
         except (sqlite3.Error, OSError) as e:
             raise StateError(f"cannot open the state database {self.path}: {e}") from None
 
+    def _open_readonly(self) -> None:
+        """For viewers (`launchpad dashboard`): SQLite refuses every write on this connection, and no
+        file or folder is created; a state that does not exist yet reads as one with no jobs."""
+        try:
+            if self.path.is_file():
+                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
+                                             check_same_thread=False, isolation_level=None)
+            else:
+                self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                self._conn.executescript(_SCHEMA)
+                for table, columns in _ADDED_COLUMNS.items():
+                    for name, kind in columns:
+                        self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            self._conn.row_factory = sqlite3.Row
+        except sqlite3.Error as e:
+            raise StateError(f"cannot open the state database {self.path}: {e}") from None
+
     @classmethod
-    def open(cls) -> StateDB:
+    def open(cls, *, readonly: bool = False) -> StateDB:
         """The state LAUNCHPAD_STATE_URL names: sqlite:///PATH (the default, under the data dir) or
-        postgresql://USER:PASSWORD@HOST:PORT/DB."""
+        postgresql://USER:PASSWORD@HOST:PORT/DB. `readonly`: a connection the database itself keeps from
+        writing (and no schema migration), for views that must change nothing."""
         from .settings import state_url
 
         url = state_url()
         if url.startswith("sqlite:///"):
-            return StateDB(Path(url[len("sqlite:///") :]))
+            return StateDB(Path(url[len("sqlite:///") :]), readonly=readonly)
         if url.startswith(("postgresql://", "postgres://")):
             from .state_pg import PostgresStateDB
 
-            return PostgresStateDB(url)
+            return PostgresStateDB(url, readonly=readonly)
         raise StateError(f"LAUNCHPAD_STATE_URL={url.split('@')[-1]!r}: not a state URL",
                          hint="use sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
 

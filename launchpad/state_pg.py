@@ -131,14 +131,17 @@ def migrate(conn: psycopg.Connection[DictRow], url: str) -> int:
 class PostgresStateDB(StateDB):
     """`StateDB` on a PostgreSQL server. One connection (autocommit), used under a lock by every thread."""
 
-    def __init__(self, url: str):  # StateDB.__init__ is not called: there is no file to open
+    def __init__(self, url: str, *, readonly: bool = False):  # StateDB.__init__ is not called: no file to open
         self.url = url
         self.where = safe_url(url)
         self.path = Path(self.where)  # kept for callers that print `db.path`; there is no file
         self._lock = threading.RLock()
         self.warnings: list[str] = []
         self._psycopg = psycopg_module()
-        self._conn = connect(url)
+        self._readonly = readonly
+        self._conn = self._connect()
+        if readonly:  # the schema is taken as it is
+            return
         try:
             migrate(self._conn, url)
         except StateError:
@@ -155,8 +158,14 @@ class PostgresStateDB(StateDB):
         # A connection lost while idle (server restart, failover, idle timeout) is replaced before the
         # next statement. A statement that fails mid-way is not retried: it may have committed.
         if self._conn.closed or self._conn.broken:
-            self._conn = connect(self.url)
+            self._conn = self._connect()
         return self._conn
+
+    def _connect(self) -> psycopg.Connection[DictRow]:
+        conn = connect(self.url)
+        if self._readonly:  # the server refuses every write in this session
+            conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        return conn
 
     def _tx(self, sql: str, params: tuple | list = ()) -> Any:
         with self._lock:

@@ -394,6 +394,9 @@ def _add_optional_commands() -> None:
     from .catalog_cmd import catalog
 
     cli.add_command(catalog)
+    from .dashboard_cmd import dashboard
+
+    cli.add_command(dashboard)
 
 
 _add_optional_commands()
