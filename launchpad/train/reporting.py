@@ -10,7 +10,9 @@
   never stored.
 * **MLflow** when ``MLFLOW_TRACKING_URI`` is set in the trainer's environment.
 
-Mirroring to the store never fails a run: a store that refuses is said once in the log.
+Neither fails a run: a store that refuses the mirror, or an integration that raises (an MLflow server
+that is down, a W&B key that is wrong), is said once in the log and training goes on without it
+(`guard_integrations`): metrics are a view, and hours of GPU time are not lost to one.
 """
 
 from __future__ import annotations
@@ -97,3 +99,42 @@ def mirror_callback(mirror: RunsMirror):
             mirror.sync()
 
     return MirrorRuns()
+
+
+def guard_integrations(trainer: Any, report: list[str], log: Callable[[str], None] = print) -> int:
+    """Wrap the trainer's `report_to` callbacks so that the first exception one raises is said once and
+    turns that integration off; the number wrapped. (transformers calls them inside the training loop:
+    unwrapped, an MLflow server going away at step 9,000 ends the run.)"""
+    from transformers import TrainerCallback
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    kinds = tuple(get_reporting_integration_callbacks(report))
+    handler = trainer.callback_handler
+    wrapped = 0
+    for i, callback in enumerate(handler.callbacks):
+        if isinstance(callback, kinds):
+            handler.callbacks[i] = _guarded(TrainerCallback, callback, log)
+            wrapped += 1
+    return wrapped
+
+
+def _guarded(base: type, inner: Any, log: Callable[[str], None]) -> Any:
+    name = type(inner).__name__.removesuffix("Callback")
+    state = {"off": False}
+
+    def forward(event: str) -> Callable[..., Any]:
+        def call(self: Any, args: Any, st: Any, control: Any, **kwargs: Any) -> Any:
+            if state["off"]:
+                return None
+            try:
+                return getattr(inner, event)(args, st, control, **kwargs)
+            except Exception as e:
+                state["off"] = True
+                first = (str(e).splitlines() or [""])[0][:300]
+                log(f"warning: {name} reporting failed ({type(e).__name__}: {first}); training goes on without it")
+                return None
+
+        return call
+
+    events = {event: forward(event) for event in dir(base) if event.startswith("on_")}
+    return type(f"Guarded{type(inner).__name__}", (base,), {**events, "inner": inner})()

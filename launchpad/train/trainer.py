@@ -238,7 +238,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
     if ref is None and ranks.is_node_main:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
-    from .reporting import RunsMirror, integration_env, mirror_callback, report_to
+    from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to
 
     os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
     report = report_to(recipe, log=log if ranks.is_main else lambda _m: None)
@@ -275,6 +275,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         callbacks=[*before, *make_callbacks(status, uploader, save_now, log=log), *after],
     )
     trainer.remove_callback(PrinterCallback)  # our ProgressCallback prints one line per logging step
+    guard_integrations(trainer, report, log=log)  # a failing metrics backend never ends the run
     assert trainer.model is not None  # SFTTrainer was given one
     params = list(trainer.model.parameters())
     trainable = sum(int(p.numel()) for p in params if p.requires_grad)
