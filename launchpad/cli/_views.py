@@ -12,6 +12,8 @@ _IN_PHASES_TABLE = ("phases", "env_seconds", "times")
 #: finished jobs `launchpad status` shows besides the live ones (`--all`: every job): a state with 10,000
 #: jobs answers as fast as one with 10, and the table stays readable
 STATUS_LATEST = 10
+#: characters of the loss sparkline in the jobs table (a column shown when the terminal has room)
+CURVE_WIDTH = 16
 _STATE_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "INTERRUPTED": "yellow", "TRAINING": "cyan"}
 
 
@@ -37,12 +39,13 @@ def jobs_view(rows: list[dict[str, Any]], width: int) -> Any:
     from rich.console import Group
     from rich.text import Text
 
+    from ._progress_view import sparkline
     from ._tables import Col, fit_table
 
     if not rows:
         return Text("no jobs yet: `launchpad up recipes/smoke-lora.yaml` starts one")
     cols = [Col("job", priority=10, whole=True), Col("state", priority=10, whole=True), Col("provider", priority=6),
-            Col("step", "right", 7, whole=True), Col("loss", "right", 5, whole=True),
+            Col("step", "right", 7, whole=True), Col("loss", "right", 5, whole=True), Col("curve", priority=4, whole=True),
             Col("last checkpoint", priority=4), Col("cost", "right", 8, whole=True), Col("started", priority=3)]
     cells = []
     for r in rows:
@@ -50,8 +53,10 @@ def jobs_view(rows: list[dict[str, Any]], width: int) -> Any:
         step = f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"])
         ckpt = (r.get("last_checkpoint") or "").rsplit("/", 1)[-1]
         loss = f"{r['loss']:.3f}" if r.get("loss") is not None else ""
+        # a live job's loss so far (what `status --watch` shows filling in); finished jobs: see `status JOB`
+        curve = f"[cyan]{sparkline([p[1] for p in r['losses']], CURVE_WIDTH)}[/]" if r.get("losses") else ""
         cells.append([r["id"], f"[{style}]{r['state']}[/]" if style else r["state"], r.get("provider") or "",
-                      step, loss, ckpt, f"${r['cost_usd'] + (r.get('disk_usd') or 0):.2f}", _age(r.get("created_at"))])
+                      step, loss, curve, ckpt, f"${r['cost_usd'] + (r.get('disk_usd') or 0):.2f}", _age(r.get("created_at"))])
     parts: list[Any] = [fit_table("jobs", cols, cells, width)]
     for r in rows:  # the preflight's warnings (multi-node jobs), one line each under the table
         for warning in r.get("warnings") or []:

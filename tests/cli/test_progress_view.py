@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from launchpad.cli._progress_view import progress_rows, sparkline
-from launchpad.cli._views import job_view
+from launchpad.cli._views import job_view, jobs_view
 from launchpad.jobstatus import forecast, plan_estimate
 from launchpad.models import Offer
 from launchpad.train.status import StatusWriter
@@ -62,6 +62,18 @@ def test_the_job_view_at_80_and_120_columns():
         for part in ("eval loss", "1.5 (2 evaluations)", "5,123 tokens/s, 2.50 s/step", "ETA", "2m",
                      "$1.00 so far, $1.80 projected, $2.10 planned", "checkpoint-25, complete, written 2m ago"):
             assert part in text, (width, part, text)
+
+
+def test_the_jobs_table_draws_a_live_jobs_curve_when_there_is_room():
+    done = {**live_row("smoke-lora-1a2b3c"), "state": "SUCCEEDED", "losses": None}
+    for width, shown in ((80, False), (120, True)):
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(jobs_view([live_row(), done], width))
+        lines = out.getvalue().splitlines()
+        assert all(len(line) <= width for line in lines) and len(lines) == 5, lines  # title, header, rule, a line per row
+        live = next(line for line in lines if "qlora-8b-3f9a2c" in line)
+        assert ("█" in live and "▁" in live) is shown, (width, live)
+        assert "█" not in next(line for line in lines if "smoke-lora-1a2b3c" in line)
 
 
 def test_no_figures_no_rows():
