@@ -107,3 +107,24 @@ def test_watch_ends_with_the_job(launchpad_home):
     assert res.exit_code == 0 and len(lines) == 1 and json.loads(lines[0])[0]["id"] == job_id
     bad = CliRunner().invoke(cli, ["status", "--watch", "--interval", "0"], env=env)
     assert isinstance(bad.exception, BadInput) and "--interval 0" in str(bad.exception)  # exit 2 in the real CLI
+
+
+def test_watch_without_a_job_follows_the_only_live_one(launchpad_home):
+    """`up --detach && status --watch`: the one live job is watched as `status JOB --watch` (its curve)."""
+    import threading
+
+    from launchpad.cli import cli
+    from launchpad.models import JobState
+    from launchpad.state import StateDB
+    from launchpad.testing_state import fill_state
+
+    db = StateDB.open()
+    finished, live = fill_state(db, 2, live_every=2)  # the second is PENDING
+    ends = threading.Timer(0.5, lambda: db.set_state(live, JobState.FAILED, error="stopped by the test"))
+    ends.start()
+    env = {"COLUMNS": "120", "AWS_EC2_METADATA_DISABLED": "true"}
+    res = CliRunner().invoke(cli, ["status", "--watch", "--interval", "0.1"], env=env, catch_exceptions=False)
+    ends.join()
+    db.close()
+    assert res.exit_code == 0 and f"watching {live}, the only live job" in res.stderr
+    assert "stopped by the test" in res.stdout and finished not in res.stdout  # the job's view, not the table
