@@ -256,9 +256,9 @@ def status(job: str | None, all_: bool, watch: bool, interval: float, as_json: b
     if watch and not job and not as_json:
         # `up --detach && status --watch`: one job is live, so watch it as `status JOB --watch` does, its curve
         # filling in (the table has no room for it at 80 columns); --json keeps the rows of every job
-        live = [j for j in db.jobs(live_or_latest=0) if not j.state.finished]
-        if len(live) == 1:
-            job = live[0].id
+        live_jobs = [j for j in db.jobs(live_or_latest=0) if not j.state.finished]
+        if len(live_jobs) == 1:
+            job = live_jobs[0].id
             err_console().print(f"watching {esc(job)}, the only live job", style="dim", soft_wrap=True)
     latest = None if (all_ or job) else STATUS_LATEST
 
