@@ -25,7 +25,7 @@ _ALIASES = {
     "seq_len": "sequence_len", "lora_rank": "lora_r", "target_modules": "lora_target_modules",
     "modules_to_save": "lora_modules_to_save", "output_dir": "checkpoint.uri", "save_steps": "checkpoint.every_steps",
     "save_total_limit": "checkpoint.keep", "gpus": "resources.gpu", "load_in_4bit": "adapter: qlora",
-    "warmup_ratio": "warmup_steps", "lr_scheduler_type": "lr_scheduler",
+    "lr_scheduler_type": "lr_scheduler",
 }
 _TYPE_ALIASES = {"sharegpt": "chat", "chat_template": "chat", "messages": "chat", "text": "completion",
                  "pretrain": "completion", "completions": "completion", "instruct": "alpaca"}
@@ -87,13 +87,15 @@ def _model_at(root: type[BaseModel], parts: typing.Sequence[Any]) -> type[BaseMo
     return cur
 
 
-def _unknown_key(root: type[BaseModel], loc: typing.Sequence[Any]) -> str:
+def _unknown_key(root: type[BaseModel], loc: typing.Sequence[Any], present: typing.Collection[str] = ()) -> str:
     key = str(loc[-1])
     model = _model_at(root, loc[:-1])
     if model is None:
         return "unknown key"
     options = list(model.model_fields)
     guess = _ALIASES.get(key) if model is root else None
+    if guess is not None and guess.split(".")[0].split(":")[0] in present:
+        guess = None  # the file sets it already: the key means something else there
     if guess is None and model is root:  # a section's key written at the top level: `gpu:` for `resources.gpu:`
         for section in options:
             sub = _model_at(root, [section])
@@ -101,7 +103,8 @@ def _unknown_key(root: type[BaseModel], loc: typing.Sequence[Any]) -> str:
                 guess = f"{section}.{key}"
     if guess is None:
         close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
-        guess = close[0] if close else None
+        # the closest key is one the file sets already: a different setting, not a typo of it (no next-best)
+        guess = close[0] if close and (model is not root or close[0] not in present) else None
     if guess:
         return f"unknown key (did you mean '{guess}'?)"
     if len(options) <= 10:
@@ -109,11 +112,12 @@ def _unknown_key(root: type[BaseModel], loc: typing.Sequence[Any]) -> str:
     return "unknown key (see `launchpad schema` for the allowed keys)"
 
 
-def _describe(err: Mapping[str, Any], loc: list, root: type[BaseModel], secret: bool) -> str:
+def _describe(err: Mapping[str, Any], loc: list, root: type[BaseModel], secret: bool,
+              present: typing.Collection[str] = ()) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     fix = ""
     if kind == "extra_forbidden":
-        return _unknown_key(root, loc)
+        return _unknown_key(root, loc, present)
     if kind == "missing":
         hint = _MISSING.get(str(loc[-1])) if loc else None
         return f"is required ({hint})" if hint else "is required"
@@ -169,9 +173,12 @@ def _describe(err: Mapping[str, Any], loc: list, root: type[BaseModel], secret: 
     return what if secret else f"{what} (got {_show(value)}{fix})"
 
 
-def format_errors(error: ValidationError, root: type[BaseModel], overridden: typing.Iterable[str] = ()) -> list[str]:
-    """One ``<field>: <what>`` line per distinct problem, in file order as pydantic reports them."""
+def format_errors(error: ValidationError, root: type[BaseModel], overridden: typing.Iterable[str] = (),
+                  present: typing.Collection[str] = ()) -> list[str]:
+    """One ``<field>: <what>`` line per distinct problem, in file order as pydantic reports them. `present`:
+    the file's top-level keys (never suggested for another key: the file already sets them)."""
     lines: list[str] = []
+    overridden = list(overridden)
     for err in error.errors(include_url=False):
         loc = list(err["loc"])
         is_key = bool(loc) and loc[-1] == "[key]"
@@ -179,10 +186,11 @@ def format_errors(error: ValidationError, root: type[BaseModel], overridden: typ
             loc = loc[:-1]
         secret = bool(loc) and loc[0] == "env"
         field = dotted(loc)
-        what = _describe(err, loc, root, secret)
+        from_override = any(field == o or field.startswith((o + ".", o + "[")) for o in overridden)
+        what = _describe(err, loc, root, secret, () if from_override else present)  # an override replaces a key
         if is_key:
             what = what.replace("must be a", "is not a", 1)
-        if any(field == o or field.startswith((o + ".", o + "[")) for o in overridden):
+        if from_override:
             field += " (from override)"
         line = f"{field}: {what}" if field else what
         if line not in lines:

@@ -98,7 +98,9 @@ class JobSpec:
         return cls(
             # exclude_unset: what the user wrote, not the defaults, so a resumed job's recipe still tells an
             # explicit choice (`autostop.action: stop`, which rules out providers that cannot stop) from a default
-            job_id=job_id, recipe=recipe.model_dump(mode="json", exclude_unset=True), checkpoint_uri=recipe.checkpoint.uri,
+            # (the adapter always: its default changed from lora to full, and a resumed job must keep its kind)
+            job_id=job_id, recipe={**recipe.model_dump(mode="json", exclude_unset=True), "adapter": recipe.adapter},
+            checkpoint_uri=recipe.checkpoint.uri,
             max_steps=max_steps, deepspeed_config=deepspeed_config, env_names=tuple(sorted(recipe.env)),
             autostop=AutostopSpec(idle_minutes=float(recipe.autostop.idle_minutes), action=recipe.autostop.action),
         )

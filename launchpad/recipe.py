@@ -53,7 +53,7 @@ _PROVIDER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}){0,2}$")
 _PATH_START = ("/", "./", "../", "~")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
-              "paged_adamw_32bit", "adafactor", "sgd")
+              "paged_adamw_32bit", "adamw_torch_8bit", "adamw_torch_4bit", "adafactor", "sgd")
 
 
 # ---- path and value checks (pure functions; the validators below call them) -------------------
@@ -268,6 +268,15 @@ class Dataset(_Strict):
         "a store URI (s3:// gs:// az:// file://) or a Hugging Face dataset id ('org/name')."))
     type: Literal["chat", "alpaca", "completion"] = Field("chat", description=(
         "chat: {messages: [{role, content}]}; alpaca: {instruction, input, output}; completion: {text}."))
+    split: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,64}(\[[0-9:%\s-]{1,32}\])?$", description=(
+        "A Hugging Face dataset's split, slices included ('train[:10%]', 'train[:1000]'); a local file is one split."))
+    field_messages: str = Field("messages", min_length=1, max_length=64, description=(
+        "chat: the column holding the conversation (ShareGPT files: 'conversations'; Axolotl's key)."))
+    message_property_mappings: dict[Literal["role", "content"], str] = Field(default_factory=dict, description=(
+        "chat: the message keys for role and content, e.g. {role: from, content: value} (ShareGPT; Axolotl's key)."))
+    roles: dict[Literal["system", "user", "assistant", "tool"], list[str]] = Field(default_factory=dict, description=(
+        "chat: the role names of the data for each standard role, e.g. {user: [human], assistant: [gpt]} "
+        "(these two are understood without it; Axolotl's key)."))
 
     _path = field_validator("path")(_check_dataset_path)
 
@@ -335,8 +344,9 @@ class Recipe(_Strict):
         "Hugging Face id ('org/name'), store URI (s3:// gs:// az:// file://), local model folder (relative to "
         "the recipe's folder; a local folder wins over a same-named Hub id) or " +
         ", ".join(f"'builtin:{b}'" for b in BUILTIN_MODELS) + " (a tiny random model for demos and tests)."))
-    adapter: Literal["qlora", "lora", "full"] = Field("lora", description=(
-        "qlora: LoRA on a 4-bit base; lora: LoRA on a 16-bit base; full: train every weight."))
+    adapter: Literal["qlora", "lora", "full"] = Field("full", description=(
+        "qlora: LoRA on a 4-bit base; lora: LoRA on a 16-bit base; full (the default, as in Axolotl): train "
+        "every weight."))
     datasets: list[Dataset] = Field(min_length=1, description="Training data; at least one entry.")
     sequence_len: int = Field(2048, ge=8, le=1 << 20, description="Maximum tokens per example; longer ones are cut.")
     micro_batch_size: int = Field(1, ge=1, le=65536, description="Examples per GPU per forward pass.")
@@ -345,18 +355,30 @@ class Recipe(_Strict):
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
         "cosine", description="Learning-rate schedule after warm-up.")
     warmup_steps: int = Field(0, ge=0, le=10**9, description="Optimizer steps of linear warm-up.")
+    warmup_ratio: float | None = Field(None, ge=0, lt=1, description=(
+        "Warm-up as a share of all steps (0.1 = the first 10%); warmup_steps wins when both are set."))
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
+    adam_beta1: float = Field(0.9, gt=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(0.999, gt=0, lt=1, description="AdamW beta2.")
+    adam_epsilon: float = Field(1e-8, gt=0, le=1, description="AdamW epsilon.")
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clipping norm (0 = no clipping).")
     num_epochs: float | None = Field(None, gt=0, le=10000, description=(
         "Passes over the data. Set this or max_steps; if both are set, max_steps wins (as in HF Trainer)."))
     max_steps: int | None = Field(None, ge=1, le=10**9, description=(
         "Optimizer steps to run. Set this or num_epochs; if both are set, max_steps wins (as in HF Trainer)."))
     bf16: bool | Literal["auto"] = Field("auto", description="bfloat16 training; auto = when the GPU supports it.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory (~30% slower).")
+    tf32: bool = Field(False, description="TF32 matmuls on NVIDIA Ampere or newer (ignored elsewhere).")
+    special_tokens: dict[Literal["pad_token", "eos_token", "bos_token", "unk_token"], str] = Field(
+        default_factory=dict, description=(
+            "Tokens set on the tokenizer, e.g. {pad_token: '<|end_of_text|>'} (Axolotl's key; a token new to the "
+            "vocabulary grows the embeddings)."))
     lora_r: int = Field(8, ge=1, le=4096, description="LoRA rank.")
     lora_alpha: int = Field(16, ge=1, le=65536, description="LoRA scaling numerator (scale = lora_alpha / lora_r).")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA path.")
     lora_target_modules: list[str] | None = Field(None, min_length=1, description=(
-        "Module names to adapt, e.g. ['q_proj', 'v_proj']; leave out for the model's attention projections."))
+        "Module names to adapt, e.g. ['q_proj', 'v_proj'], or ['all-linear'] (every linear layer but the output "
+        "head: Axolotl's lora_target_linear); leave out for the model's attention projections."))
     lora_modules_to_save: list[str] | None = Field(None, description=(
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
     flash_attention: bool | Literal["auto"] = Field("auto", description=(
@@ -387,6 +409,7 @@ class Recipe(_Strict):
     # Where the recipe came from (absolute), set by load_recipe; not a recipe key.
     _source_path: str | None = PrivateAttr(None)
     _source_shown: str | None = PrivateAttr(None)  # as the user typed it, for messages
+    _notes: list[str] = PrivateAttr(default_factory=list)  # what loading translated or ignored (launchpad.axolotl)
 
     _name = field_validator("name", mode="before")(_check_name)
     _base_model = field_validator("base_model")(_check_base_model)
@@ -398,6 +421,11 @@ class Recipe(_Strict):
         if self.num_epochs is None and self.max_steps is None:
             raise ValueError(_STEPS_PROBLEM)
         return self
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per Axolotl key translated, and a warning line for those ignored or not supported yet."""
+        return list(self._notes)
 
     @property
     def source_path(self) -> str | None:
@@ -425,17 +453,23 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     # its data next to the link.
     absolute = Path(os.path.abspath(Path(shown).expanduser()))
     base_dir = absolute.parent
+    from .axolotl import translate
+
+    data, notes, refused = translate(data, absolute, set(Recipe.model_fields))  # Axolotl's keys, as Axolotl means them
     try:
         recipe = Recipe.model_validate(data, context={"base_dir": base_dir, "check_paths": True})
     except ValidationError as e:
-        lines = format_errors(e, Recipe, overridden)
+        lines = refused + format_errors(e, Recipe, overridden, present=set(data))
         if data.get("num_epochs") is None and data.get("max_steps") is None and _STEPS_PROBLEM not in lines:
             lines.append(_STEPS_PROBLEM)  # the model-level check only runs once every field is valid
         raise RecipeError([f"{shown}: {line}" for line in lines]) from None
+    if refused:
+        raise RecipeError([f"{shown}: {line}" for line in refused])
     if recipe.deepspeed:
         _check_deepspeed_config(recipe, shown)
     recipe._source_path = str(absolute)
     recipe._source_shown = shown
+    recipe._notes = [f"{shown}: {line}" for line in notes]
     return recipe
 
 

@@ -108,10 +108,9 @@ MALFORMED = [
     ("name-shell-meta", with_good('name: "x; rm -rf /"\n', drop=("name",)), "name", "a-z, 0-9 and '-'"),
     ("name-subshell", with_good('name: "$(id)"\n', drop=("name",)), "name", "not allowed ('$' '(' ')')"),
     ("name-uppercase", with_good("name: MyRun\n", drop=("name",)), "name", "e.g. 'myrun'"),
-    ("name-missing", with_good(drop=("name",)), "name", "is required"),
     ("name-number", with_good("name: 123\n", drop=("name",)), "name", "put it in quotes"),
     ("bad-adapter", GOOD + "adapter: qlroa\n", "adapter", "did you mean 'qlora'?"),
-    ("bad-dataset-type", GOOD.replace("train.jsonl", "train.jsonl\n    type: sharegpt"), "datasets[0].type",
+    ("bad-dataset-type", GOOD.replace("train.jsonl", "train.jsonl\n    type: messages"), "datasets[0].type",
      "did you mean 'chat'?"),
     ("empty-datasets", with_good("datasets: []\n", drop=("datasets",)), "datasets", "must not be empty"),
     ("missing-datasets", with_good(drop=("datasets",)), "datasets", "is required"),
@@ -206,7 +205,7 @@ def test_env_values_never_appear_in_messages(project):
 
 def test_good_recipe_validates_with_defaults(project):
     recipe = load_recipe(write(project, GOOD))
-    assert recipe.name == "my-run" and recipe.adapter == "lora" and recipe.max_steps == 10
+    assert recipe.name == "my-run" and recipe.adapter == "full" and recipe.max_steps == 10  # no adapter: full, as in Axolotl
     assert recipe.datasets[0].type == "chat"
     assert recipe.resources.gpu is None and recipe.resources.gpu_spec is None
     assert recipe.checkpoint.every_steps == 100 and recipe.autostop.action == "stop"

@@ -23,10 +23,14 @@ def cli() -> None:
     """Fine-tune LLMs on whichever GPU provider fits the job, survive interruptions, stop billing when done."""
 
 
-def _load(path: str, overrides: dict | None = None):
+def _load(path: str, overrides: dict | None = None, *, notes: bool = True):
     from ..recipe import load_recipe
+    from ._common import print_recipe_notes
 
-    return load_recipe(path, overrides=overrides) if overrides else load_recipe(path)
+    recipe = load_recipe(path, overrides=overrides) if overrides else load_recipe(path)
+    if notes:
+        print_recipe_notes(recipe)
+    return recipe
 
 
 @cli.command()
@@ -37,7 +41,7 @@ def validate(recipe: str, as_json: bool) -> None:
     from ..errors import RecipeError
 
     try:
-        r = _load(recipe)
+        r = _load(recipe, notes=not as_json)
     except RecipeError as e:
         if not as_json:
             raise  # main() prints one line per problem on stderr
@@ -46,7 +50,7 @@ def validate(recipe: str, as_json: bool) -> None:
         emit_json({"recipe": recipe, "valid": False, "problems": problem_records(e.problems, recipe)})
         raise click.exceptions.Exit(e.exit_code) from None
     if as_json:
-        emit_json({"recipe": recipe, "valid": True, "name": r.name})
+        emit_json({"recipe": recipe, "valid": True, "name": r.name, "adapter": r.adapter, "notes": r.notes})
     else:
         console().print(f"[green]✓[/] {esc(recipe)}: valid ({esc(r.name)}, adapter {esc(r.adapter)})")
 

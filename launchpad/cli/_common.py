@@ -51,3 +51,11 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()
     return str(o)
+
+
+def print_recipe_notes(recipe: Any) -> None:
+    """What loading the recipe translated or ignored (launchpad.axolotl), on stderr: stdout stays the result."""
+    for line in getattr(recipe, "notes", ()):
+        warning = ": warning: " in line
+        err_console().print(f"[yellow]![/] {esc(line.replace(': warning: ', ': ', 1))}" if warning else
+                            f"[dim]i {esc(line)}[/]", soft_wrap=True)

@@ -226,9 +226,12 @@ def plan(recipe: str, explain: bool, as_json: bool, minimize: str, top: int | No
     from ..planner import plan_to_json, rejection_summary
     from ..plugins import configured_providers
     from ..recipe import load_recipe
+    from ._common import print_recipe_notes
     from .catalog_cmd import catalog_note
 
     r = load_recipe(recipe)
+    if not as_json:
+        print_recipe_notes(r)
     usable, unavailable = configured_providers()
     p = make_plan(r, usable, unavailable, minimize=minimize, only_providers=(provider,) if provider else None)
     if as_json:

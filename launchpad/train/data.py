@@ -50,8 +50,8 @@ def _read_json_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_rows(path: str, *, cache_dir: Path | None = None) -> Iterable[dict[str, Any]]:
-    """Raw rows of one dataset path: local file/folder, or a Hugging Face id."""
+def load_rows(path: str, *, cache_dir: Path | None = None, split: str = "train") -> Iterable[dict[str, Any]]:
+    """Raw rows of one dataset path: local file/folder, or a Hugging Face id (its `split`)."""
     local = Path(path[len("file://") :] if path.startswith("file://") else path)
     if local.is_file():
         return _read_json_rows(local)
@@ -65,20 +65,33 @@ def load_rows(path: str, *, cache_dir: Path | None = None) -> Iterable[dict[str,
     import datasets
 
     try:
-        return datasets.load_dataset(path, split="train", cache_dir=str(cache_dir) if cache_dir else None)
+        return datasets.load_dataset(path, split=split, cache_dir=str(cache_dir) if cache_dir else None)
     except Exception as e:  # the hub client raises many types; the user needs one line
         raise BadInput(f"cannot load dataset {path!r}: {e.__class__.__name__}: {e}") from e
 
 
-def _chat_row(row: dict[str, Any], where: str) -> list[dict[str, str]]:
-    messages = row.get("messages")
+#: role names in the wild -> the chat template's (ShareGPT's human/gpt, Gemini's model); Axolotl's defaults
+_ROLE_NAMES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
+               "bot": "assistant", "system": "system", "tool": "tool"}
+
+
+def _chat_row(row: dict[str, Any], where: str, spec: Any = None) -> list[dict[str, str]]:
+    field = getattr(spec, "field_messages", None) or "messages"
+    keys = {"role": "role", "content": "content", **(getattr(spec, "message_property_mappings", None) or {})}
+    roles = dict(_ROLE_NAMES)
+    for standard, names in (getattr(spec, "roles", None) or {}).items():
+        roles.update({name: standard for name in names})
+    messages = row.get(field)
     if not isinstance(messages, list) or not messages:
-        raise BadInput(f"{where}: a chat row needs a non-empty 'messages' list")
+        raise BadInput(f"{where}: a chat row needs a non-empty {field!r} list")
     out = []
     for m in messages:
-        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise BadInput(f"{where}: every message needs string 'role' and 'content'")
-        out.append({"role": m["role"], "content": m["content"]})
+        role, content = (m.get(keys["role"]), m.get(keys["content"])) if isinstance(m, dict) else (None, None)
+        if not (isinstance(role, str) and isinstance(content, str)):
+            raise BadInput(f"{where}: every message needs string {keys['role']!r} and {keys['content']!r}")
+        if role not in roles:
+            raise BadInput(f"{where}: unknown role {role[:40]!r} (map it with roles: {{user: [{role[:40]}]}})")
+        out.append({"role": roles[role], "content": content})
     return out
 
 
@@ -109,10 +122,10 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None)
     conversations: list[list[dict[str, str]]] = []
     texts: list[str] = []
     for spec in specs:
-        for i, row in enumerate(load_rows(spec.path, cache_dir=cache_dir)):
+        for i, row in enumerate(load_rows(spec.path, cache_dir=cache_dir, split=getattr(spec, "split", "train"))):
             where = f"{spec.path}: row {i + 1}"
             if spec.type == "chat":
-                conversations.append(_chat_row(row, where))
+                conversations.append(_chat_row(row, where, spec))
             elif spec.type == "alpaca":
                 conversations.append(_alpaca_row(row, where))
             else:

@@ -84,6 +84,10 @@ def choose_attention(prec: Precision, wanted: bool | str = "auto") -> tuple[str,
 def choose_optimizer(recipe, log: Callable[[str], None] = print) -> str:
     """The HF `optim` name for the run."""
     name = getattr(recipe, "optimizer", None) or DEFAULT_OPTIMIZER[recipe.adapter]
+    if name in ("adamw_torch_8bit", "adamw_torch_4bit") and importlib.util.find_spec("torchao") is None:
+        fallback = "adamw_bnb_8bit" if importlib.util.find_spec("bitsandbytes") else "adamw_torch"
+        log(f"optimizer {name} needs torchao, which is not installed: using {fallback}")
+        name = fallback
     if name in _BNB_OPTIMIZERS and importlib.util.find_spec("bitsandbytes") is None:
         log(f"optimizer {name} needs bitsandbytes, which is not installed: using adamw_torch")
         return "adamw_torch"
@@ -114,6 +118,18 @@ def _quantization_config(prec: Precision, zero_stage: int):
     )
 
 
+def _set_special_tokens(tokenizer: Any, tokens: dict[str, str], log: Callable[[str], None]) -> int:
+    """Set the recipe's special tokens on the tokenizer; the number of tokens new to its vocabulary."""
+    if not tokens:
+        return 0
+    before = len(tokenizer)
+    tokenizer.add_special_tokens(dict(tokens))
+    added = len(tokenizer) - before
+    log("special tokens: " + ", ".join(f"{k}={v!r}" for k, v in tokens.items())
+        + (f" ({added} new: the embeddings grow)" if added else ""))
+    return added
+
+
 def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log: Callable[[str], None] = print,
                 *, zero_stage: int = 0):
     """(model, tokenizer, peft_config or None) for the recipe's adapter, ready for SFTTrainer.
@@ -124,6 +140,7 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     if isinstance(prec, dict):
         prec = Precision(**prec)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    added = _set_special_tokens(tokenizer, getattr(recipe, "special_tokens", None) or {}, log)
     if tokenizer.pad_token is None:  # many base models ship without one; eos is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
     attn, why = choose_attention(prec, getattr(recipe, "flash_attention", "auto"))
@@ -142,6 +159,8 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
         kwargs["dtype"] = torch.float32  # full fine-tune keeps fp32 master weights; autocast does 16-bit
     model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     model.config.use_cache = False  # the KV cache is for generation; it wastes memory while training
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
     if recipe.adapter == "qlora":
         from peft import prepare_model_for_kbit_training
 
@@ -153,8 +172,10 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     if recipe.adapter in ("lora", "qlora"):
         from peft import LoraConfig
 
-        targets = recipe.lora_target_modules
-        if targets is None:
+        targets: Any = recipe.lora_target_modules
+        if targets == ["all-linear"]:
+            targets = "all-linear"  # PEFT's name: every nn.Linear but the output head
+        elif targets is None:
             names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
             targets = [p for p in ATTENTION_PROJECTIONS if p in names] or None  # None: PEFT's per-model default
         peft_config = LoraConfig(

@@ -141,7 +141,7 @@ def test_offers_cli_at_80_columns(run_cli) -> None:
 def test_validate_json_lists_the_problems(run_cli, tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\nbase_model: builtin:tiny-llama\ndatasets:\n  - path: tatsu-lab/alpaca\n"
-                    "    type: sharegpt\nmax_steps: 5\nlearnin_rate: 1\nresources:\n  gpu: A100X:1\n")
+                    "    type: jsonl\nmax_steps: 5\nlearnin_rate: 1\nresources:\n  gpu: A100X:1\n")
     proc = run_cli("validate", str(path), "--json")
     assert proc.returncode == 2
     data = json.loads(proc.stdout)
@@ -153,7 +153,7 @@ def test_validate_json_lists_the_problems(run_cli, tmp_path) -> None:
     assert (by_field["resources.gpu"]["line"], by_field["learnin_rate"]["line"]) == (9, 7)
     assert "did you mean A100" in by_field["resources.gpu"]["fix"]
     assert by_field["learnin_rate"]["fix"] == "did you mean 'learning_rate'?"
-    assert by_field["datasets[0].type"]["message"] == "must be 'chat', 'alpaca' or 'completion' (got 'sharegpt')"
+    assert by_field["datasets[0].type"]["message"] == "must be 'chat', 'alpaca' or 'completion' (got 'jsonl')"
     # the human form is unchanged: one line per problem on stderr, nothing on stdout
     human = run_cli("validate", str(path))
     assert human.returncode == 2 and human.stdout == "" and len(human.stderr.strip().splitlines()) == 3
