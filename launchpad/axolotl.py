@@ -268,3 +268,46 @@ def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolot
                 continue
             problems.append(f"{where}.{key}: not supported yet (launchpad reads path, type, split, field_messages, "
                             "message_property_mappings and roles)")
+
+
+#: keys with the same name and meaning in both (launchpad's recipe fields)
+SHARED = ("base_model", "datasets", "sequence_len", "micro_batch_size", "gradient_accumulation_steps", "num_epochs",
+          "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
+          "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
+          "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
+          "flash_attention", "special_tokens", "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity",
+          "wandb_name")
+#: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
+TRANSLATED = (
+    ("no `adapter`", "`adapter: full` (a full fine-tune)"),
+    ("`load_in_4bit: true` + `adapter: lora`", "`adapter: qlora`"),
+    ("`attn_implementation: flash_attention_2` / `sdpa`, `eager`, `xformers`", "`flash_attention: true` / `false`"),
+    ("`lora_target_linear: true`", "`lora_target_modules: [all-linear]` (PEFT: every linear layer but the head)"),
+    ("`save_steps`, `save_total_limit`", "`checkpoint.every_steps`, `checkpoint.keep`"),
+    ("`output_dir`", "dropped: checkpoints go to `checkpoint.uri` (the provider's store by default)"),
+    ("`deepspeed: deepspeed_configs/zero*.json` (not beside the file)", "the preset of its stage: `zero2`, `zero3`, "
+     "`zero3-offload` (ZeRO-1 -> `zero2`)"),
+    ("`gradient_checkpointing: offload`", "`gradient_checkpointing: true`"),
+    ("`adam_eps`", "`adam_epsilon`"),
+    ("datasets `type: chat_template`, `chat_template.default`, `sharegpt`", "`type: chat` (with `field_messages`, "
+     "`message_property_mappings`, `roles`; ShareGPT's human/gpt understood)"),
+    ("no `name`", "`name` from the file's folder and name"),
+    ("a key set to nothing", "unset"),
+)
+
+
+def feature_table() -> str:
+    """The README's table of what carries over (tests/test_axolotl.py keeps the README equal to it)."""
+    def keys(names) -> str:
+        return ", ".join(f"`{n}`" for n in names)
+
+    rows = ["| Axolotl | launchpad |", "|---|---|", f"| {keys(SHARED)} | the same keys, the same meaning |"]
+    rows += [f"| {a} | {b} |" for a, b in TRANSLATED]
+    rows += [f"| `{k}` | not supported yet, the run goes without it: {why} |" for k, why in NOT_YET.items()]
+    rows.append(f"| {keys(sorted(IGNORED))}, `{'*`, `'.join(_IGNORED_PREFIXES)}*` | ignored (one warning line) |")
+    by_reason: dict[str, list[str]] = {}
+    for key, why in [*REFUSED.items(), *((f"{p}*", w) for p, w in _REFUSED_PREFIXES.items())]:
+        by_reason.setdefault(why, []).append(key)
+    rows += [f"| {keys(names)} | refused: {why} |" for why, names in by_reason.items()]
+    rows.append("| any other key | refused: named, never dropped without a word |")
+    return "\n".join(rows) + "\n"

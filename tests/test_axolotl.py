@@ -179,3 +179,12 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     assert "special tokens: pad_token='<|end_of_text|>' (1 new: the embeddings grow)" in log, log[-3000:]
     losses = [float(line.split(" loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ")]
     assert len(losses) == 40 and sum(losses[-5:]) / 5 < losses[0] * 0.6, losses
+
+
+def test_the_readme_table_is_the_one_the_code_makes():
+    from launchpad.axolotl import feature_table
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("<!-- axolotl-table:")
+    table = readme[readme.index("\n", start) + 1:readme.index("<!-- /axolotl-table -->")]
+    assert table == feature_table(), "README.md's Axolotl table is stale: paste launchpad.axolotl.feature_table()"
