@@ -47,7 +47,6 @@ _IGNORED_PREFIXES = ("swanlab_", "trackio_", "use_swanlab", "use_trackio", "come
 NOT_YET = {
     "sample_packing": "samples are not packed (slower on short samples, the same training)",
     "eval_sample_packing": "no evaluation", "pad_to_sequence_len": "samples are not padded to sequence_len",
-    "val_set_size": "no evaluation split", "evals_per_epoch": "no evaluation", "eval_steps": "no evaluation",
     "eval_strategy": "no evaluation", "evaluation_strategy": "no evaluation",
     "early_stopping_patience": "no early stopping (it needs evaluation)",
     "saves_per_epoch": "checkpoints every checkpoint.every_steps (100 by default) instead",
@@ -185,8 +184,6 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
             notes.append(f"output_dir: {value!r}: checkpoints go to the store (checkpoint.uri, the provider's by "
                          "default), complete or not at all")
         elif key in NOT_YET:
-            if key == "val_set_size" and not value:
-                continue
             if key == "train_on_inputs" and value is True:
                 continue  # what launchpad does
             if key == "chat_template" and value == "tokenizer_default":
@@ -275,8 +272,8 @@ SHARED = ("base_model", "datasets", "sequence_len", "micro_batch_size", "gradien
           "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
           "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
           "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
-          "flash_attention", "special_tokens", "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity",
-          "wandb_name")
+          "flash_attention", "special_tokens", "val_set_size", "eval_steps", "evals_per_epoch", "seed", "logging_steps",
+          "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
 #: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
 TRANSLATED = (
     ("no `adapter`", "`adapter: full` (a full fine-tune)"),

@@ -390,6 +390,12 @@ class Recipe(_Strict):
     deepspeed: str | None = Field(None, description=(
         "DeepSpeed JSON config: a path (relative to the recipe's folder) or a preset: zero2, zero3, "
         "zero3-offload. \"auto\" values are filled from the recipe."))
+    val_set_size: float = Field(0, ge=0, le=10**9, description=(
+        "Rows held out for evaluation: a share below 1 (0.05 = 5%) or a number of rows (Axolotl's key); 0 = none."))
+    eval_steps: int | None = Field(None, ge=1, le=10**9, description=(
+        "Evaluate every this many optimizer steps (with val_set_size); evals_per_epoch otherwise."))
+    evals_per_epoch: int | None = Field(None, ge=1, le=10**6, description=(
+        "Evaluations per epoch when eval_steps is not set (default 4); the eval loss shows in status and the log."))
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Random seed for data order and initialisation.")
     logging_steps: int = Field(1, ge=1, le=10**9, description="Log loss every this many optimizer steps.")
     wandb_project: str | None = Field(None, min_length=1, max_length=128, description=(

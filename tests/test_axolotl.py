@@ -95,7 +95,7 @@ def test_shared_keys_mean_what_they_mean_in_axolotl(tmp_path):
     notes = "\n".join(r.notes)
     assert "load_in_4bit: true with adapter: lora: adapter: qlora" in notes
     assert "ignored (they change nothing for a launch): " in notes and "hub_model_id" in notes and "strict" in notes
-    assert "not supported yet, the run goes without: sample_packing" in notes and "val_set_size" in notes
+    assert "not supported yet, the run goes without: sample_packing" in notes and r.val_set_size == 0.05
     full = load_recipe(write(tmp_path))
     assert full.adapter == "full" and any("a full fine-tune of every weight" in n for n in full.notes)
 
@@ -128,11 +128,11 @@ def test_the_suggester_never_guesses_across_meanings(tmp_path):
     path.write_text(yaml.safe_dump({**base, "eval_steps": 50, "warmup_ratio": 0.1, "pretraining_dataset": "a/b"}))
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
-    (line,) = err.value.problems  # eval_steps: a warning, warmup_ratio: a field; only pretraining_dataset refused
+    (line,) = err.value.problems  # eval_steps and warmup_ratio are fields; only pretraining_dataset is refused
     assert "pretraining_dataset: use a completion dataset" in line and "learning_rate" not in line
     path.write_text(yaml.safe_dump({**base, "eval_steps": 50, "warmup_ratio": 0.1}))
     r = load_recipe(path)
-    assert r.warmup_ratio == 0.1 and any("eval_steps: no evaluation" in n for n in r.notes)
+    assert r.warmup_ratio == 0.1 and r.eval_steps == 50 and r.max_steps == 5
     # never a key the file already sets: `lr` would be "learning_rate", which is there
     path.write_text(yaml.safe_dump({**base, "learning_rate": 1e-4, "lr": 0.1}))
     with pytest.raises(RecipeError) as err:
@@ -153,8 +153,8 @@ def test_validate_prints_the_notes_and_json_carries_them(run_cli):
 
 @pytest.mark.slow
 def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
-    """No name, no adapter key but lora, ShareGPT data (conversations, from/value, human/gpt) mixed with
-    alpaca, lora_target_linear, special_tokens, warmup_ratio, save_steps: the run trains and its loss falls."""
+    """No name, ShareGPT data (conversations, from/value, human/gpt), lora_target_linear, special_tokens,
+    warmup_ratio, save_steps, val_set_size + eval_steps: the run trains, its loss falls, it evaluates."""
     rows = [json.loads(line) for line in (REPO / "recipes" / "data" / "smoke-chat.jsonl").read_text().splitlines()]
     names = {"user": "human", "assistant": "gpt", "system": "system"}
     sharegpt = tmp_path / "sharegpt.jsonl"
@@ -167,7 +167,8 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
               "sequence_len": 128, "micro_batch_size": 8, "learning_rate": 0.005, "max_steps": 40,
               "warmup_ratio": 0.1, "save_steps": 20, "save_total_limit": 1, "logging_steps": 1,
               "special_tokens": {"pad_token": "<|end_of_text|>"}, "output_dir": "./outputs/x", "strict": False,
-              "sample_packing": True, "bf16": "auto", "tf32": True, "adam_beta2": 0.95}
+              "sample_packing": True, "bf16": "auto", "tf32": True, "adam_beta2": 0.95,
+              "val_set_size": 0.1, "eval_steps": 10}
     path = tmp_path / "sharegpt-lora.yml"
     path.write_text(yaml.safe_dump(config))
     proc = run_cli("up", str(path), timeout=240)
@@ -177,8 +178,11 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     assert job["state"] == "SUCCEEDED" and job["step"] == 40 and job["name"].endswith("-sharegpt-lora")
     log = run_cli("logs", job["id"], check=True).stdout
     assert "special tokens: pad_token='<|end_of_text|>' (1 new: the embeddings grow)" in log, log[-3000:]
-    losses = [float(line.split(" loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ")]
+    losses = [float(line.split(" loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ") and " eval loss " not in line]
     assert len(losses) == 40 and sum(losses[-5:]) / 5 < losses[0] * 0.6, losses
+    assert "evaluation: " in log and "rows held out" in log and "step 10/40 eval loss" in log
+    detail = json.loads(run_cli("status", job["id"], "--json", check=True).stdout)[0]
+    assert [s for s, _ in detail["eval_losses"]] == [10, 20, 30, 40], detail.get("eval_losses")  # from the store
 
 
 def test_the_readme_table_is_the_one_the_code_makes():

@@ -118,8 +118,31 @@ def deepspeed_config(spec: TrainJob) -> dict[str, Any] | None:
     return load_config(spec.recipe.deepspeed)
 
 
+def split_for_eval(dataset: Any, recipe: Any, log: Any = print) -> tuple[Any, Any]:
+    """(train, eval or None): `val_set_size` rows (a share below 1, else a count) held out, seeded."""
+    size = float(getattr(recipe, "val_set_size", 0) or 0)
+    if size <= 0:
+        return dataset, None
+    count = int(round(size * len(dataset))) if size < 1 else int(size)
+    if not 1 <= count < len(dataset):
+        from ..errors import BadInput
+
+        raise BadInput(f"val_set_size {size:g}: {count} of the dataset's {len(dataset)} rows; it must leave at least "
+                       "one row for each side (e.g. val_set_size: 0.05)")
+    parts = dataset.train_test_split(test_size=count, seed=recipe.seed, shuffle=True)
+    log(f"evaluation: {count} of {len(dataset)} rows held out")
+    return parts["train"], parts["test"]
+
+
+def _eval_args(r: Any) -> dict[str, Any]:
+    """eval_steps as a count, or as a share of all steps (HF's rule for a float below 1) from evals_per_epoch."""
+    steps: float = r.eval_steps or 1.0 / ((r.evals_per_epoch or 4) * (r.num_epochs or 1.0))
+    return {"eval_strategy": "steps", "eval_steps": steps if r.eval_steps else min(steps, 0.999),
+            "per_device_eval_batch_size": r.micro_batch_size}
+
+
 def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] | None = None,
-                  optim: str = "adamw_torch", report: list[str] | None = None):
+                  optim: str = "adamw_torch", report: list[str] | None = None, evaluate: bool = False):
     import torch
     from trl import SFTConfig
 
@@ -164,6 +187,7 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
         report_to=report or "none",  # launchpad.train.reporting: TensorBoard, W&B, MLflow
         **({"run_name": r.wandb_name} if getattr(r, "wandb_name", None) else {}),
         disable_tqdm=True,
+        **(_eval_args(r) if evaluate else {}),
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
         use_cpu=on_cpu,
@@ -238,6 +262,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     optim = choose_optimizer(recipe, log=log)
     model, tokenizer, peft_config = build_model(recipe, model_path, prec, log=log, zero_stage=zero_stage(ds_config))
     dataset = build_dataset(list(recipe.datasets), tokenizer, cache_dir=spec.workdir / "cache" / "datasets")
+    dataset, eval_dataset = split_for_eval(dataset, recipe, log=log)
     log(f"dataset: {len(dataset)} rows from {len(recipe.datasets)} source(s)")
 
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
@@ -247,7 +272,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
 
     os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
     report = report_to(recipe, log=log if ranks.is_main else lambda _m: None)
-    args = training_args(spec, prec, ds_config=ds_config, optim=optim, report=report)
+    args = training_args(spec, prec, ds_config=ds_config, optim=optim, report=report, evaluate=eval_dataset is not None)
     if ref is not None and resume_dir is not None and reached_last_step(resume_dir, ref.step, args.max_steps):
         # Finished work stays finished: no step past the last, no new checkpoint, nothing pruned.
         log(f"{ref.name} is the last step of {spec.job_id}: nothing left to train")
@@ -275,6 +300,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         model=model,
         args=args,
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,  # saved into every checkpoint folder next to the weights
         peft_config=peft_config,
         callbacks=[*before, *make_callbacks(status, uploader, save_now, log=log), *after],
