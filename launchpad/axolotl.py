@@ -52,7 +52,6 @@ NOT_YET = {
     "saves_per_epoch": "checkpoints every checkpoint.every_steps (100 by default) instead",
     "activation_offloading": "activations stay on the GPU (more GPU memory than Axolotl needs)",
     "chat_template": "the tokenizer's own chat template is used",
-    "train_on_inputs": "the loss covers the prompt too",
     "eot_tokens": "the tokenizer's end-of-turn token is used",
     "tokenizer_use_mistral_common": "the model's Hugging Face tokenizer is used",
 }
@@ -184,8 +183,6 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
             notes.append(f"output_dir: {value!r}: checkpoints go to the store (checkpoint.uri, the provider's by "
                          "default), complete or not at all")
         elif key in NOT_YET:
-            if key == "train_on_inputs" and value is True:
-                continue  # what launchpad does
             if key == "chat_template" and value == "tokenizer_default":
                 continue
             missing.append(f"{key}: {NOT_YET[key]}")
@@ -202,7 +199,9 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         out["gradient_checkpointing"] = True
         notes.append("gradient_checkpointing: offload: true (recomputed, not offloaded to the CPU)")
     if "train_on_inputs" not in data and axolotl:
-        missing.append("train_on_inputs: Axolotl's default (false) masks the prompt; here the loss covers it too")
+        out["train_on_inputs"] = False
+        notes.append("train_on_inputs: not set: false, as in Axolotl (the prompt is masked; the loss covers the final "
+                     "assistant reply, where Axolotl's covers every assistant turn)")
     if axolotl and isinstance(out.get("lora_target_modules"), str):
         problems.append("lora_target_modules: a regular expression is not supported yet: list the module names "
                         "(e.g. [q_proj, v_proj]) or set lora_target_linear: true")
@@ -272,8 +271,8 @@ SHARED = ("base_model", "datasets", "sequence_len", "micro_batch_size", "gradien
           "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
           "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
           "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
-          "flash_attention", "special_tokens", "val_set_size", "eval_steps", "evals_per_epoch", "seed", "logging_steps",
-          "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
+          "flash_attention", "special_tokens", "train_on_inputs", "val_set_size", "eval_steps", "evals_per_epoch",
+          "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
 #: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
 TRANSLATED = (
     ("no `adapter`", "`adapter: full` (a full fine-tune)"),
@@ -289,6 +288,7 @@ TRANSLATED = (
     ("datasets `type: chat_template`, `chat_template.default`, `sharegpt`", "`type: chat` (with `field_messages`, "
      "`message_property_mappings`, `roles`; ShareGPT's human/gpt understood)"),
     ("no `name`", "`name` from the file's folder and name"),
+    ("no `train_on_inputs`", "`train_on_inputs: false` (Axolotl's default: the prompt is masked)"),
     ("a key set to nothing", "unset"),
 )
 

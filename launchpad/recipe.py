@@ -390,6 +390,9 @@ class Recipe(_Strict):
     deepspeed: str | None = Field(None, description=(
         "DeepSpeed JSON config: a path (relative to the recipe's folder) or a preset: zero2, zero3, "
         "zero3-offload. \"auto\" values are filled from the recipe."))
+    train_on_inputs: bool = Field(True, description=(
+        "true: the loss covers every token; false: only the final assistant reply of each chat/alpaca row (the "
+        "prompt is masked; Axolotl's default, which masks every non-assistant turn)."))
     val_set_size: float = Field(0, ge=0, le=10**9, description=(
         "Rows held out for evaluation: a share below 1 (0.05 = 5%) or a number of rows (Axolotl's key); 0 = none."))
     eval_steps: int | None = Field(None, ge=1, le=10**9, description=(

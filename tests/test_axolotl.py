@@ -178,9 +178,11 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     assert job["state"] == "SUCCEEDED" and job["step"] == 40 and job["name"].endswith("-sharegpt-lora")
     log = run_cli("logs", job["id"], check=True).stdout
     assert "special tokens: pad_token='<|end_of_text|>' (1 new: the embeddings grow)" in log, log[-3000:]
-    losses = [float(line.split(" loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ") and " eval loss " not in line]
+    losses = [float(line.split(" loss ")[1].split()[0]) for line in log.splitlines()
+              if line.startswith("step ") and " eval loss " not in line]
     assert len(losses) == 40 and sum(losses[-5:]) / 5 < losses[0] * 0.6, losses
     assert "evaluation: " in log and "rows held out" in log and "step 10/40 eval loss" in log
+    assert "train_on_inputs: false: the loss covers each row's final assistant reply" in log  # Axolotl's default
     detail = json.loads(run_cli("status", job["id"], "--json", check=True).stdout)[0]
     assert [s for s, _ in detail["eval_losses"]] == [10, 20, 30, 40], detail.get("eval_losses")  # from the store
 

@@ -111,7 +111,16 @@ def _completion_row(row: dict[str, Any], where: str) -> str:
     return text
 
 
-def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None):
+def _prompt_completion(conversation: list[dict[str, str]], where: str) -> dict[str, list[dict[str, str]]]:
+    """TRL's conversational prompt-completion row: the loss then covers the completion only."""
+    last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=None)
+    if last is None:
+        raise BadInput(f"{where}: no assistant message to train on (train_on_inputs: false masks everything else)")
+    return {"prompt": conversation[:last], "completion": conversation[last:]}
+
+
+def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None, train_on_inputs: bool = True,
+                  log: Any = print):
     """One shuffled-by-the-trainer `datasets.Dataset` from the recipe's `datasets` list.
 
     `specs` are `launchpad.recipe.Dataset` objects (path, type). Raises BadInput naming the file and
@@ -132,6 +141,12 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None)
                 texts.append(_completion_row(row, where))
     if not conversations and not texts:
         raise BadInput("the recipe's datasets hold no rows")
+    if not texts and not train_on_inputs:  # the prompt masked: TRL's completion-only loss
+        rows = [_prompt_completion(c, f"conversation {i + 1}") for i, c in enumerate(conversations)]
+        log("train_on_inputs: false: the loss covers each row's final assistant reply (the prompt is masked)")
+        return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "completion": [r["completion"] for r in rows]})
+    if not train_on_inputs:
+        log("train_on_inputs: false: completion data is trained on whole, so every row is (chat rows included)")
     if not texts:
         return Dataset.from_dict({"messages": conversations})
     if conversations and not getattr(tokenizer, "chat_template", None):

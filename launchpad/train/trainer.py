@@ -261,7 +261,8 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     prec = choose_precision(recipe, log=log)
     optim = choose_optimizer(recipe, log=log)
     model, tokenizer, peft_config = build_model(recipe, model_path, prec, log=log, zero_stage=zero_stage(ds_config))
-    dataset = build_dataset(list(recipe.datasets), tokenizer, cache_dir=spec.workdir / "cache" / "datasets")
+    dataset = build_dataset(list(recipe.datasets), tokenizer, cache_dir=spec.workdir / "cache" / "datasets",
+                            train_on_inputs=getattr(recipe, "train_on_inputs", True), log=log)
     dataset, eval_dataset = split_for_eval(dataset, recipe, log=log)
     log(f"dataset: {len(dataset)} rows from {len(recipe.datasets)} source(s)")
 
