@@ -408,6 +408,9 @@ def _add_optional_commands() -> None:
     from .dashboard_cmd import dashboard
 
     cli.add_command(dashboard)
+    from .convert_cmd import convert
+
+    cli.add_command(convert)
 
 
 _add_optional_commands()
