@@ -45,8 +45,8 @@ _IGNORED_PREFIXES = ("swanlab_", "trackio_", "use_swanlab", "use_trackio", "come
 
 #: features the run goes without (same model, different speed or no evaluation), key -> what differs
 NOT_YET = {
-    "sample_packing": "samples are not packed (slower on short samples, the same training)",
-    "eval_sample_packing": "no evaluation", "pad_to_sequence_len": "samples are not padded to sequence_len",
+    "eval_sample_packing": "evaluation samples are not packed (the same eval loss)",
+    "pad_to_sequence_len": "samples are not padded to sequence_len",
     "eval_strategy": "no evaluation", "evaluation_strategy": "no evaluation",
     "early_stopping_patience": "no early stopping (it needs evaluation)",
     "saves_per_epoch": "checkpoints every checkpoint.every_steps (100 by default) instead",
@@ -74,7 +74,6 @@ REFUSED = {
     "processor_type": _MULTIMODAL, "skip_prepare_dataset": _MULTIMODAL, "freeze_mm_modules": _MULTIMODAL,
     "image_size": _MULTIMODAL, "image_resize_algorithm": _MULTIMODAL,
     "pretraining_dataset": "use a completion dataset instead: datasets: [{path: ..., type: completion}]",
-    "load_in_8bit": "an 8-bit base model is not supported: use adapter: qlora (4-bit base) or lora (16-bit base)",
     "lora_model_dir": "starting from an existing adapter is not supported (launchpad resumes its own checkpoints: "
                       "`launchpad resume JOB`)",
     "resume_from_checkpoint": "launchpad resumes from the newest complete checkpoint in its store: `launchpad resume "
@@ -159,7 +158,7 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
                 notes.append("load_in_4bit: true with adapter: lora: adapter: qlora (LoRA on a 4-bit base)")
             elif value is True and out.get("adapter") in (None, "full"):
                 problems.append("load_in_4bit: a 4-bit base cannot be fully fine-tuned: set adapter: qlora")
-        elif key in ("load_in_8bit", "fp16", "float16", "bfloat16", "trust_remote_code") and value is False:
+        elif key in ("fp16", "float16", "bfloat16", "trust_remote_code") and value is False:
             pass  # the default: nothing to do
         elif key == "attn_implementation":
             if value in _ATTENTION:
@@ -267,12 +266,12 @@ def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolot
 
 
 #: keys with the same name and meaning in both (launchpad's recipe fields)
-SHARED = ("base_model", "datasets", "sequence_len", "micro_batch_size", "gradient_accumulation_steps", "num_epochs",
-          "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
+SHARED = ("base_model", "load_in_8bit", "datasets", "sequence_len", "micro_batch_size", "gradient_accumulation_steps",
+          "num_epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
           "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
           "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
-          "flash_attention", "special_tokens", "train_on_inputs", "val_set_size", "eval_steps", "evals_per_epoch",
-          "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
+          "flash_attention", "special_tokens", "sample_packing", "train_on_inputs", "val_set_size", "eval_steps",
+          "evals_per_epoch", "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
 #: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
 TRANSLATED = (
     ("no `adapter`", "`adapter: full` (a full fine-tune)"),

@@ -347,6 +347,8 @@ class Recipe(_Strict):
     adapter: Literal["qlora", "lora", "full"] = Field("full", description=(
         "qlora: LoRA on a 4-bit base; lora: LoRA on a 16-bit base; full (the default, as in Axolotl): train "
         "every weight."))
+    load_in_8bit: bool = Field(False, description=(
+        "adapter: lora on an 8-bit base (bitsandbytes LLM.int8: half the weights' memory; Axolotl's key)."))
     datasets: list[Dataset] = Field(min_length=1, description="Training data; at least one entry.")
     sequence_len: int = Field(2048, ge=8, le=1 << 20, description="Maximum tokens per example; longer ones are cut.")
     micro_batch_size: int = Field(1, ge=1, le=65536, description="Examples per GPU per forward pass.")
@@ -390,6 +392,9 @@ class Recipe(_Strict):
     deepspeed: str | None = Field(None, description=(
         "DeepSpeed JSON config: a path (relative to the recipe's folder) or a preset: zero2, zero3, "
         "zero3-offload. \"auto\" values are filled from the recipe."))
+    sample_packing: bool = Field(False, description=(
+        "Pack short samples into full sequence_len rows (TRL's best-fit packing; position ids restart at each "
+        "sample, so no sample attends to another): far fewer padding tokens on short chat data (Axolotl's key)."))
     train_on_inputs: bool = Field(True, description=(
         "true: the loss covers every token; false: only the final assistant reply of each chat/alpaca row (the "
         "prompt is masked; Axolotl's default, which masks every non-assistant turn)."))
@@ -429,6 +434,9 @@ class Recipe(_Strict):
     def _steps_set(self) -> Recipe:
         if self.num_epochs is None and self.max_steps is None:
             raise ValueError(_STEPS_PROBLEM)
+        if self.load_in_8bit and self.adapter != "lora":
+            raise ValueError(f"load_in_8bit: an 8-bit base goes with adapter: lora (got adapter: {self.adapter}; "
+                             "qlora is its 4-bit base, a full fine-tune trains 16-bit weights)")
         return self
 
     @property

@@ -180,6 +180,7 @@ class TrainSetup:
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_param: bool = False
+    load_in_8bit: bool = False  # lora on an 8-bit (LLM.int8) base: 1 byte per linear weight
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,8 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     other = P - shape.linear_params  # embeddings, lm_head, norms: never quantised
     if setup.adapter == "qlora":
         weights = shape.linear_params * _NF4_BYTES + other * 2
+    elif setup.load_in_8bit:
+        weights = shape.linear_params * 1.0 + other * 2
     else:
         weights = P * 2.0
     if setup.adapter == "full":
@@ -310,5 +313,5 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         lora_target_modules=tuple(targets) if targets else None,
         lora_modules_to_save=tuple(recipe.lora_modules_to_save or ()),
         optimizer=getattr(recipe, "optimizer", None), zero_stage=stage,
-        offload_optimizer=off_opt, offload_param=off_par,
+        offload_optimizer=off_opt, offload_param=off_par, load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
     )

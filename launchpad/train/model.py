@@ -153,6 +153,17 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
             import os
 
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}  # one full copy per rank
+    elif recipe.adapter == "lora" and getattr(recipe, "load_in_8bit", False):
+        from transformers import BitsAndBytesConfig
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise BadInput("load_in_8bit needs bitsandbytes: pip install 'launchpad[train]' (or leave it out)")
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8, the frozen base
+        kwargs["dtype"] = getattr(torch, prec.dtype)
+        if torch.cuda.is_available() and zero_stage < 3:
+            import os
+
+            kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     elif recipe.adapter == "lora":
         kwargs["dtype"] = getattr(torch, prec.dtype)  # the frozen base lives in 16-bit on a GPU
     else:
@@ -168,6 +179,13 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
         )
+    elif getattr(recipe, "load_in_8bit", False):
+        from peft import prepare_model_for_kbit_training
+
+        checkpointing = bool(recipe.gradient_checkpointing)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+        log("base model in 8-bit (bitsandbytes LLM.int8), LoRA adapters in 16/32-bit")
     peft_config = None
     if recipe.adapter in ("lora", "qlora"):
         from peft import LoraConfig

@@ -183,7 +183,7 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
         data_seed=r.seed,
         deepspeed=ds_config,
         max_length=r.sequence_len,
-        packing=False,
+        packing=bool(getattr(r, "sample_packing", False)),
         report_to=report or "none",  # launchpad.train.reporting: TensorBoard, W&B, MLflow
         **({"run_name": r.wandb_name} if getattr(r, "wandb_name", None) else {}),
         disable_tqdm=True,
@@ -308,6 +308,9 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     )
     trainer.remove_callback(PrinterCallback)  # our ProgressCallback prints one line per logging step
     guard_integrations(trainer, report, log=log)  # a failing metrics backend never ends the run
+    if args.packing and trainer.train_dataset is not None:
+        log(f"sample packing: {len(dataset)} rows in {len(trainer.train_dataset)} sequences of up to "  # type: ignore[arg-type]
+            f"{recipe.sequence_len} tokens (position ids restart at each row)")
     assert trainer.model is not None  # SFTTrainer was given one
     params = list(trainer.model.parameters())
     trainable = sum(int(p.numel()) for p in params if p.requires_grad)
