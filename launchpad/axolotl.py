@@ -126,7 +126,9 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
 
     def move(key: str, to: str, value: Any, why: str = "") -> None:
         section, _, field = to.partition(".")
-        target = out.setdefault(section, {}) if field else out
+        if field and isinstance(out.get(section, {}), dict):
+            out[section] = dict(out.get(section) or {})  # a copy: the caller's mapping stays as it was read
+        target = out[section] if field else out
         if not isinstance(target, dict):
             return
         name = field or section
@@ -237,9 +239,9 @@ def _deepspeed(out: dict[str, Any], source: Path, notes: list[str]) -> None:
 
 def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolotl: bool) -> None:
     """Axolotl's dataset types and keys; in a launchpad recipe what is left is validation's to name."""
-    entries = out.get("datasets")
-    if not isinstance(entries, list):
+    if not isinstance(out.get("datasets"), list):
         return
+    entries = out["datasets"] = [dict(e) if isinstance(e, dict) else e for e in out["datasets"]]  # copies, as above
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue

@@ -100,6 +100,14 @@ def choose_optimizer(recipe, log: Callable[[str], None] = print) -> str:
     return name
 
 
+def _int8_config():
+    from transformers import BitsAndBytesConfig
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise BadInput("load_in_8bit needs bitsandbytes: pip install 'launchpad[train]' (or leave it out)")
+    return BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8
+
+
 def _quantization_config(prec: Precision, zero_stage: int):
     import torch
     from transformers import BitsAndBytesConfig
@@ -146,24 +154,15 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     attn, why = choose_attention(prec, getattr(recipe, "flash_attention", "auto"))
     log(f"attention: {attn} ({why})")
     kwargs: dict[str, Any] = {"attn_implementation": attn}
-    if recipe.adapter == "qlora":
-        kwargs["quantization_config"] = _quantization_config(prec, zero_stage)
+    eight_bit = recipe.adapter == "lora" and bool(getattr(recipe, "load_in_8bit", False))
+    if recipe.adapter == "qlora" or eight_bit:  # a quantised, frozen base under LoRA
+        kwargs["quantization_config"] = (_quantization_config(prec, zero_stage) if recipe.adapter == "qlora"
+                                         else _int8_config())
         kwargs["dtype"] = getattr(torch, prec.dtype)
         if torch.cuda.is_available() and zero_stage < 3:
             import os
 
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}  # one full copy per rank
-    elif recipe.adapter == "lora" and getattr(recipe, "load_in_8bit", False):
-        from transformers import BitsAndBytesConfig
-
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise BadInput("load_in_8bit needs bitsandbytes: pip install 'launchpad[train]' (or leave it out)")
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8, the frozen base
-        kwargs["dtype"] = getattr(torch, prec.dtype)
-        if torch.cuda.is_available() and zero_stage < 3:
-            import os
-
-            kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     elif recipe.adapter == "lora":
         kwargs["dtype"] = getattr(torch, prec.dtype)  # the frozen base lives in 16-bit on a GPU
     else:
@@ -172,20 +171,16 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     model.config.use_cache = False  # the KV cache is for generation; it wastes memory while training
     if added:
         model.resize_token_embeddings(len(tokenizer))
-    if recipe.adapter == "qlora":
+    if recipe.adapter == "qlora" or eight_bit:
         from peft import prepare_model_for_kbit_training
 
         # Casts norms/embeddings to fp32 and enables input grads so checkpointing works with a frozen base.
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
+            model, use_gradient_checkpointing=uses_gradient_checkpointing(recipe),
+            gradient_checkpointing_kwargs={"use_reentrant": False},
         )
-    elif getattr(recipe, "load_in_8bit", False):
-        from peft import prepare_model_for_kbit_training
-
-        checkpointing = bool(recipe.gradient_checkpointing)
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
-        log("base model in 8-bit (bitsandbytes LLM.int8), LoRA adapters in 16/32-bit")
+        if eight_bit:
+            log("base model in 8-bit (bitsandbytes LLM.int8), LoRA adapters in 16/32-bit")
     peft_config = None
     if recipe.adapter in ("lora", "qlora"):
         from peft import LoraConfig
