@@ -128,6 +128,22 @@ def processes_naming(path: Path) -> list[int]:
     return found
 
 
+def kill_processes_naming(path: Path, sig: int = 9) -> list[int]:
+    """SIGKILL (or `sig`) every live process naming `path`, as a crashed host would lose them. A process that
+    exits between the listing and the signal is already what the caller wanted, so it is not an error (CI
+    once failed on exactly that race). Returns the pids signalled."""
+    import os
+
+    signalled = []
+    for pid in processes_naming(path):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        signalled.append(pid)
+    return signalled
+
+
 def fault_log(log: Path) -> list[dict]:
     import json
 

@@ -170,7 +170,7 @@ def test_a_crashed_machine_s_unsent_checkpoint_is_uploaded_before_teardown_and_r
     import shutil
 
     from launchpad.storage.checkpoints import list_checkpoints
-    from launchpad.testing_faults import processes_naming
+    from launchpad.testing_faults import kill_processes_naming, processes_naming
 
     recipe = make_recipe(tmp_path, "crash", max_steps=60, checkpoint={"every_steps": 20, "keep": 3})
     up = popen_cli(launchpad_home, "up", str(recipe))
@@ -179,8 +179,7 @@ def test_a_crashed_machine_s_unsent_checkpoint_is_uploaded_before_teardown_and_r
     up.kill()
     up.communicate(timeout=30)
     (workdir,) = instance_dirs(launchpad_home)
-    for pid in processes_naming(workdir):  # everything on the "machine" dies at once
-        os.kill(pid, signal.SIGKILL)
+    kill_processes_naming(workdir)  # everything on the "machine" dies at once
     wait_for(lambda: not processes_naming(workdir), timeout=15, what="the agent and trainer to die")
     (job_dir,) = store_root.glob("crash-*")  # not `status`: it would reconcile (and tear down) the job now
     job = {"id": job_dir.name}

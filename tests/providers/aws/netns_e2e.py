@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import yaml
 from launchpad.errors import StorageError
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 BUCKET = "s3://launchpad-123456789012-us-east-1/checkpoints"  # the provider's default store in moto's account
@@ -42,11 +41,7 @@ def instance_root(aws_config):
     terminating a real instance would."""
     root = Path(aws_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Path:
@@ -125,8 +120,7 @@ def test_spot_interruption_resumes_on_the_next_offer_from_the_last_checkpoint(ru
         assert first is not None and first.get("InstanceLifecycle") == "spot"
         # AWS reclaims the instance: it is terminated with the spot reason, and everything on it dies
         interrupt_spot(first["InstanceId"])
-        for pid in processes_naming(instance_root / "jobs" / first["InstanceId"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / first["InstanceId"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

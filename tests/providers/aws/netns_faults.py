@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from aws_helpers import CREDENTIALS, interrupt_spot
 
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint, list_checkpoints
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(REPO / "tests" / "agent"), str(REPO / "benchmarks")]
@@ -124,8 +123,7 @@ def test_a_spot_notice_saves_and_the_job_ends_as_if_uninterrupted(run_cli, tmp_p
         assert saved is not None, "the agent did not save on the notice"
         # two minutes later AWS takes the machine: terminated with the spot reason, everything on it dies
         interrupt_spot(first["InstanceId"])
-        for pid in processes_naming(root / "jobs" / first["InstanceId"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(root / "jobs" / first["InstanceId"])
         out, err = up.communicate(timeout=900)
     finally:
         metadata.notice = False

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from netns_e2e import BUCKET, REPO, _job_of, instance_root, live_instances, only
 from launchpad.state import StateDB
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.object_store]
 _ = (instance_root, only_loopback)  # fixtures
@@ -53,8 +52,7 @@ def test_recover_next_region_after_a_spot_interruption(tmp_path, instance_root, 
         first = _wait_checkpoint(10)
         region = first["Placement"]["AvailabilityZone"][:-1]
         interrupt_spot(first["InstanceId"], region)
-        for pid in processes_naming(instance_root / "jobs" / first["InstanceId"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / first["InstanceId"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from azure_helpers import STORE
 
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 KINDS = ("virtualMachines", "disks", "networkInterfaces", "publicIPAddresses", "networkSecurityGroups")
@@ -42,11 +41,7 @@ def instance_root(azure_config):
     real VM would."""
     root = Path(azure_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Path:
@@ -120,8 +115,7 @@ def test_spot_eviction_resumes_on_the_next_offer_from_the_last_checkpoint(arm, a
         # everything on it dies
         azure.account.compute.virtual_machines.simulate_eviction("launchpad-" + first["location"], first["name"])
         arm.settle()  # the eviction has happened: now the machine's processes die with it
-        for pid in processes_naming(instance_root / "jobs" / first["name"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / first["name"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from launchpad.errors import StorageError
 from launchpad.state import StateDB
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -43,11 +42,7 @@ def instance_root(gcp_config):
     a real VM would."""
     root = Path(gcp_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Path:
@@ -131,8 +126,7 @@ def test_spot_preemption_resumes_on_the_next_offer_from_the_last_checkpoint(gce,
         assert first is not None and first["scheduling"]["provisioningModel"] == "SPOT"
         # GCE reclaims the VM: a preempted operation, the VM deleted, and everything on it dies
         gce.preempt(first["name"])
-        for pid in processes_naming(instance_root / "jobs" / first["name"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / first["name"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from launchpad.errors import StorageError
 from launchpad.state import StateDB
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -43,11 +42,7 @@ def instance_root(lambda_config):
     terminating a real instance would."""
     root = Path(lambda_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **changes) -> Path:
@@ -111,8 +106,7 @@ def test_an_instance_lost_with_its_host_resumes_from_the_last_checkpoint(lambda_
             pytest.fail("no checkpoint before the deadline")
         assert first is not None and ref.step < 30
         lambda_env.host_failure(first["id"])
-        for pid in processes_naming(instance_root / "jobs" / first["id"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / first["id"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from runpod_helpers import CHECKPOINTS
 from launchpad.state import StateDB
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -41,11 +40,7 @@ def pod_root(runpod_s3_config):
     terminating a real pod would."""
     root = Path(runpod_s3_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Path:
@@ -114,8 +109,7 @@ def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_a
         assert first is not None and first["podType"] == "INTERRUPTABLE"
         # RunPod reclaims the pod: it is stopped, and everything in its container dies
         runpod_api.preempt(first["id"])
-        for pid in processes_naming(pod_root / "jobs" / first["id"]):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(pod_root / "jobs" / first["id"])
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:

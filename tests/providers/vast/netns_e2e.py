@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from vast_helpers import CHECKPOINTS, OLD_DRIVER
 from launchpad.state import StateDB
 from launchpad.storage import open_store
 from launchpad.storage.checkpoints import latest_checkpoint
-from launchpad.testing_faults import processes_naming
+from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,11 +41,7 @@ def instance_root(vast_config):
     destroying a real instance would."""
     root = Path(vast_config["root"])
     yield root
-    for pid in processes_naming(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_processes_naming(root)
 
 
 def recipe(tmp_path: Path, name: str, steps: int, every: int, **resources) -> Path:
@@ -102,8 +97,7 @@ def test_an_outbid_instance_is_preempted_and_resumed_from_the_last_checkpoint(va
         assert first is not None and first["is_bid"] and first["dph_base"] > 0  # an interruptible rental, bid placed
         # a higher bid takes the host: Vast pauses the container, so everything in it stops at once
         vast_api.outbid(first["id"])
-        for pid in processes_naming(instance_root / "jobs" / str(first["id"])):
-            os.kill(pid, signal.SIGKILL)
+        kill_processes_naming(instance_root / "jobs" / str(first["id"]))
         out, err = up.communicate(timeout=900)
     finally:
         if up.poll() is None:
