@@ -149,6 +149,11 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         notes.append(f"name: {out['name']!r}, from the file's name (set name: to choose)")
     if "adapter" not in out:
         notes.append("adapter: not set: a full fine-tune of every weight, as in Axolotl")
+    if axolotl and out.get("adapter", "full") == "full" and not out.get("deepspeed") and "fp32_master_weights" not in out:
+        # Axolotl loads the weights in the training dtype and steps them directly; keep its memory footprint
+        out["fp32_master_weights"] = False
+        notes.append("full fine-tune without DeepSpeed: fp32_master_weights: false (Axolotl trains the 16-bit "
+                     "weights directly; set it true for fp32 master weights, twice the weights' memory)")
 
     for key in list(out):
         if key in known:
@@ -268,7 +273,8 @@ def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolot
 
 
 #: keys with the same name and meaning in both (launchpad's recipe fields)
-SHARED = ("base_model", "load_in_8bit", "datasets", "sequence_len", "micro_batch_size", "gradient_accumulation_steps",
+SHARED = ("base_model", "base_model_config", "load_in_8bit", "datasets", "sequence_len", "micro_batch_size",
+          "gradient_accumulation_steps",
           "num_epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
           "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
           "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
@@ -277,6 +283,7 @@ SHARED = ("base_model", "load_in_8bit", "datasets", "sequence_len", "micro_batch
 #: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
 TRANSLATED = (
     ("no `adapter`", "`adapter: full` (a full fine-tune)"),
+    ("a full fine-tune without `deepspeed`", "`fp32_master_weights: false` (Axolotl steps the 16-bit weights)"),
     ("`load_in_4bit: true` + `adapter: lora`", "`adapter: qlora`"),
     ("`attn_implementation: flash_attention_2` / `sdpa`, `eager`, `xformers`", "`flash_attention: true` / `false`"),
     ("`lora_target_linear: true`", "`lora_target_modules: [all-linear]` (PEFT: every linear layer but the head)"),

@@ -344,6 +344,10 @@ class Recipe(_Strict):
         "Hugging Face id ('org/name'), store URI (s3:// gs:// az:// file://), local model folder (relative to "
         "the recipe's folder; a local folder wins over a same-named Hub id) or " +
         ", ".join(f"'builtin:{b}'" for b in BUILTIN_MODELS) + " (a tiny random model for demos and tests)."))
+    base_model_config: dict[str, int | float | bool | str] | str | None = Field(None, description=(
+        "The model's sizes when launchpad cannot find them (a model that is neither in its bundled table nor "
+        "downloadable): a path to its config.json, or its keys (hidden_size, intermediate_size, "
+        "num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size)."))
     adapter: Literal["qlora", "lora", "full"] = Field("full", description=(
         "qlora: LoRA on a 4-bit base; lora: LoRA on a 16-bit base; full (the default, as in Axolotl): train "
         "every weight."))
@@ -370,6 +374,11 @@ class Recipe(_Strict):
         "Optimizer steps to run. Set this or num_epochs; if both are set, max_steps wins (as in HF Trainer)."))
     bf16: bool | Literal["auto"] = Field("auto", description="bfloat16 training; auto = when the GPU supports it.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory (~30% slower).")
+    fp32_master_weights: bool = Field(True, description=(
+        "adapter: full without DeepSpeed: true keeps fp32 weights and trains under 16-bit autocast (16 bytes a "
+        "parameter with AdamW); false trains the 16-bit weights directly (Axolotl's way: half the weights and "
+        "grads, optimizer states in bf16; small updates can round away). DeepSpeed always keeps fp32 master "
+        "weights in its optimizer."))
     tf32: bool = Field(False, description="TF32 matmuls on NVIDIA Ampere or newer (ignored elsewhere).")
     special_tokens: dict[Literal["pad_token", "eos_token", "bos_token", "unk_token"], str] = Field(
         default_factory=dict, description=(

@@ -194,10 +194,16 @@ def _explain(plan: Any, con: Any) -> None:
                   "the machine runs and while it is stopped.")
     if need.memory is not None:
         m = need.memory
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts.items() if v >= 0.05)
-        con.print(f"VRAM estimate ({need.adapter}, optimizer {m.optimizer}"
-                  f"{', ZeRO-' + str(m.setup.zero_stage) if m.setup.zero_stage else ''}): {parts} GB "
-                  f"+{m.overhead:.0%} allocator + {m.context_gb:g} GB CUDA context = {need.vram_gb:.1f} GB per GPU")
+        world = (need.gpu.count_min if need.gpu else 1) * need.nodes
+        shape = m.shape
+        con.print(f"VRAM estimate ({need.adapter} on {shape.params / 1e9:.2f}B params, optimizer {m.optimizer}"
+                  f"{', ZeRO-' + str(m.setup.zero_stage) if m.setup.zero_stage else ''}"
+                  f"{f', per GPU of {world}' if world > 1 else ''}; shape from {shape.source or shape.name}):",
+                  markup=False)
+        for line in m.explain(world):
+            con.print(f"  {line}", markup=False, overflow="fold")
+        con.print(f"  = {m.peak_allocated_gb(world):.1f} GB allocated at the peak, +{m.overhead:.0%} allocator "
+                  f"+ {m.context_gb:g} GB CUDA context = {need.vram_gb:.1f} GB per GPU", markup=False)
     summary = rejection_summary(plan, 12)
     if summary:
         t = Table(title=f"most common rejection reasons ({len(plan.rejected)} offers rejected)", title_justify="left")

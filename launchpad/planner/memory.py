@@ -1,24 +1,37 @@
-"""Per-GPU memory estimate of a fine-tuning run, from the model's shape and the recipe.
+"""Per-GPU memory estimate of a fine-tuning run, built term by term from what the GPU really holds.
 
-    total = (weights + trainable copies + grads + optimiser states + activations) x (1 + allocator overhead)
-            + CUDA context
+    peak = weights + trainable copies + grads + master weights + optimiser states + ZeRO buffers
+           + activations + logits                                    (= what torch allocates at the peak)
+    GPU  = peak x (1 + allocator overhead) + CUDA context                (what the card must have)
 
-- weights: 4-bit NF4 = 0.5 byte/param + quantisation constants (double quant: ~0.0159 byte/param) for the
-  linear layers; embeddings, norms and lm_head stay bf16 (bitsandbytes does not quantise them). bf16 = 2.
-- trainable params: LoRA A/B matrices (r x (in + out) per targeted module per layer, fp32) plus any
-  `lora_modules_to_save`; for a full fine-tune, every param.
-- grads: 2 bytes (bf16) for full, 4 (fp32) for adapters; optimiser states per configs/planner.yaml
-  (AdamW 8, with fp32 master 12, 8-bit/paged 8-bit 2).
-- activations: per token per layer, with gradient checkpointing only each layer's input (2h bytes) is kept
-  plus one layer being recomputed; without it every layer's ~2(6h + 2kv + 5i) bytes; plus the logits
-  (bf16 + fp32 upcast + softmax, ~10 bytes per token per vocab entry). QLoRA always checkpoints (the trainer
-  turns it on, as Axolotl does).
-- ZeRO (a DeepSpeed JSON with `zero_optimization.stage`): stage >= 1 shards optimiser states over the data
-  parallel world, >= 2 the grads, 3 the weights; `offload_optimizer`/`offload_param` move them to CPU RAM.
+Bytes per parameter, by run (P = parameters, T = trainable ones):
+  - qlora: linear weights NF4 (0.5 + double-quant constants); everything else (embeddings, lm_head,
+    norms) fp32, because PEFT's prepare_model_for_kbit_training upcasts it (`kbit_upcast`), else 16-bit.
+    8-bit base (load_in_8bit): 1 byte per linear weight. lora: 16-bit base (2).
+  - adapters: fp32 LoRA weights, fp32 grads, optimiser states on T.
+  - full, three precisions (the ZeRO paper's "2 + 2 + 12" is the DeepSpeed one):
+      fp32 params under autocast (HF Trainer, launchpad's default): 4 weights + 4 grads (+ 2 for the
+        16-bit copies autocast keeps for the backward pass, when activations are not checkpointed);
+      DeepSpeed bf16/fp16: 2 weights + 2 grads + 4 fp32 master + fp32 grad partition (4/N) in the optimiser;
+      pure bf16 (`fp32_master_weights: false`, Axolotl/torchtune style): 2 + 2, states in bf16.
+  - optimiser states: AdamW 2 moments in the parameters' dtype (8 bytes fp32, 4 bf16), 8-bit AdamW 2,
+    4-bit 1, SGD 0, Adafactor ~0.1 (factored). Paged optimisers live in CUDA unified memory that pages
+    out to the host when the GPU runs short, so they do not count against the card; same for states
+    updated in the backward pass (`optimizer_in_backward`: no full set of grads either).
+  - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
+    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket; offload moves the
+    states (and with offload_param the weights) to host RAM, leaving the gathered working set.
 
-All sizes are GiB (2**30 bytes), the unit GPU memory is sold in. Model shapes come from a local
-``config.json`` (when `base_model` is a directory), else the bundled `MODEL_SHAPES` table, else a size
-parsed from the name ("...-8B") scaled like Llama; `model_shape` returns None when none of these works.
+Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per decoder layer from what HF's
+Llama-style layer saves for its backward: two RMSNorms (fp32 upcast + c-byte output: 2(4 + c)h), q, k, v and
+the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts),
+LoRA dropout's copy and mask of each adapted module's input; eager attention (no FlashAttention/SDPA kernel)
+adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
+one layer recomputed in the backward pass. Logits: c (16-bit) + 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4
+(its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps c + 4, fused (Liger) none.
+Packing changes nothing at the peak: the worst micro-batch is full-length rows either way.
+
+All sizes are GiB (2**30 bytes), the unit GPU memory is sold in.
 """
 
 from __future__ import annotations
@@ -30,144 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .shapes import ModelShape, UnknownModel, resolve_shape, shape_from_config, try_shape
+
 GIB = float(2**30)
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit + 8-bit absmax per 64 + fp32 per 256 absmax blocks
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The few config.json numbers the estimate needs (Llama-family decoder)."""
-
-    name: str
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied_embeddings: bool = False
-    head_dim: int | None = None
-
-    @property
-    def hd(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
-    def module_dims(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear module in one layer, by its HF name."""
-        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.hd, self.kv_heads * self.hd
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-    @property
-    def linear_params(self) -> int:
-        return self.layers * sum(a * b for a, b in self.module_dims().values())
-
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-
-    @property
-    def params(self) -> int:
-        norms = self.layers * 2 * self.hidden + self.hidden
-        return self.linear_params + self.embedding_params + norms
-
-
-def _shape(name, h, i, layers, heads, kv, vocab, tied=False, head_dim=None) -> ModelShape:
-    return ModelShape(name, h, i, layers, heads, kv, vocab, tied, head_dim)
-
-
-# Bundled shapes (from each model's config.json on the Hugging Face Hub), keyed by a normalised name:
-# lower case, organisation dropped, "-hf", "-instruct", "-chat", "-it" suffixes dropped.
-MODEL_SHAPES: dict[str, ModelShape] = {s.name: s for s in (
-    _shape("builtin:tiny-llama", 128, 256, 2, 4, 2, 1024),
-    _shape("meta-llama-3-8b", 4096, 14336, 32, 32, 8, 128256),
-    _shape("meta-llama-3-70b", 8192, 28672, 80, 64, 8, 128256),
-    _shape("llama-3.1-8b", 4096, 14336, 32, 32, 8, 128256),
-    _shape("llama-3.1-70b", 8192, 28672, 80, 64, 8, 128256),
-    _shape("llama-3.2-1b", 2048, 8192, 16, 32, 8, 128256, tied=True, head_dim=64),
-    _shape("llama-3.2-3b", 3072, 8192, 28, 24, 8, 128256, tied=True),
-    _shape("llama-2-7b", 4096, 11008, 32, 32, 32, 32000),
-    _shape("llama-2-13b", 5120, 13824, 40, 40, 40, 32000),
-    _shape("llama-2-70b", 8192, 28672, 80, 64, 8, 32000),
-    _shape("tinyllama-1.1b-chat-v1.0", 2048, 5632, 22, 32, 4, 32000),
-    _shape("mistral-7b-v0.1", 4096, 14336, 32, 32, 8, 32000),
-    _shape("mistral-7b-v0.3", 4096, 14336, 32, 32, 8, 32768),
-    _shape("qwen2-7b", 3584, 18944, 28, 28, 4, 152064),
-    _shape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 151936, tied=True),
-    _shape("qwen2.5-1.5b", 1536, 8960, 28, 12, 2, 151936, tied=True),
-    _shape("qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064),
-    _shape("qwen2.5-14b", 5120, 13824, 48, 40, 8, 152064),
-    _shape("qwen2.5-32b", 5120, 27648, 64, 40, 8, 152064),
-    _shape("qwen2.5-72b", 8192, 29568, 80, 64, 8, 152064),
-    _shape("phi-3-mini-4k", 3072, 8192, 32, 32, 32, 32064),
-    _shape("phi-3-mini-128k", 3072, 8192, 32, 32, 32, 32064),
-    _shape("gemma-2-9b", 3584, 14336, 42, 16, 8, 256000, tied=True, head_dim=256),
-    _shape("gemma-7b", 3072, 24576, 28, 16, 16, 256000, tied=True, head_dim=256),
-)}
-_ALIASES = {
-    "llama-3-8b": "meta-llama-3-8b", "meta-llama-3.1-8b": "llama-3.1-8b", "llama-3-70b": "meta-llama-3-70b",
-    "meta-llama-3.1-70b": "llama-3.1-70b", "mistral-7b": "mistral-7b-v0.1", "tinyllama-1.1b": "tinyllama-1.1b-chat-v1.0",
-    "phi-3-mini": "phi-3-mini-4k", "qwen2-7b": "qwen2-7b", "llama-3.1-8b": "llama-3.1-8b",
-}
-_SUFFIXES = re.compile(r"(-hf|-instruct|-chat|-it|-base)+$")
-
-
-def _normalise(base_model: str) -> str:
-    name = base_model.strip().rstrip("/").lower()
-    if name.startswith("builtin:"):
-        return name
-    name = name.split("/")[-1]
-    return _SUFFIXES.sub("", name)
-
-
-def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> ModelShape:
-    """A `ModelShape` from a Hugging Face ``config.json`` mapping."""
-    cfg = dict(config.get("text_config") or config)  # multimodal configs nest the LM
-    h = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
-    return ModelShape(
-        name=name, hidden=h, intermediate=int(cfg.get("intermediate_size") or 4 * h),
-        layers=int(cfg["num_hidden_layers"]), heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads") or heads), vocab=int(cfg["vocab_size"]),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), head_dim=cfg.get("head_dim"),
-    )
-
-
-def model_shape(base_model: str, base_dir: Path | None = None) -> ModelShape | None:
-    """The shape of `base_model`: a local dir's config.json, the bundled table, or a Llama-like shape scaled
-    to a size in the name ("foo-8b"); None when unknown."""
-    path_text = base_model[len("file://"):] if base_model.startswith("file://") else base_model
-    if "://" not in path_text and not base_model.startswith("builtin:"):
-        path = Path(path_text).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        cfg = path / "config.json"
-        if cfg.is_file():
-            try:
-                return shape_from_config(json.loads(cfg.read_text(encoding="utf-8")), name=str(path))
-            except (ValueError, KeyError, TypeError):
-                return None
-    key = _normalise(base_model)
-    key = _ALIASES.get(key, key)
-    if key in MODEL_SHAPES:
-        return MODEL_SHAPES[key]
-    if m := re.search(r"(?:^|[-_.])(\d+(?:\.\d+)?)b(?:$|[-_.])", key):
-        return _llama_like(float(m.group(1)) * 1e9, key)
-    return None
-
-
-def _llama_like(params: float, name: str) -> ModelShape:
-    """The bundled Llama shape closest in size (the estimate scales with params far more than with layout)."""
-    llamas = [MODEL_SHAPES[k] for k in ("llama-3.2-1b", "llama-3.2-3b", "meta-llama-3-8b", "llama-2-13b",
-                                        "qwen2.5-32b", "meta-llama-3-70b")]
-    best = min(llamas, key=lambda s: abs(s.params - params))
-    return ModelShape(f"{name} (~{best.name} shape)", best.hidden, best.intermediate, best.layers, best.heads,
-                      best.kv_heads, best.vocab, best.tied_embeddings, best.head_dim)
+_OPT_BYTES_FP32 = {"adamw": 8.0, "adamw_8bit": 2.0, "adamw_4bit": 1.0, "sgd": 0.0, "adafactor": 0.1}
+LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 @dataclass(frozen=True)
 class TrainSetup:
-    """What the memory and time estimates need from a recipe."""
+    """What the memory and time estimates need from a recipe (or from a published run's settings)."""
 
     adapter: str = "lora"  # qlora | lora | full
     sequence_len: int = 2048
@@ -176,46 +62,120 @@ class TrainSetup:
     lora_r: int = 8
     lora_target_modules: tuple[str, ...] | None = None  # None = attention projections
     lora_modules_to_save: tuple[str, ...] = ()
+    lora_dropout: float = 0.05
     optimizer: str | None = None  # None = planner.yaml's default for the adapter
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_param: bool = False
     load_in_8bit: bool = False  # lora on an 8-bit (LLM.int8) base: 1 byte per linear weight
+    precision: str = "bf16"  # bf16 | fp16 | fp32: what activations and 16-bit weights are stored in
+    fp32_master_weights: bool = True  # full: fp32 params (or DeepSpeed's fp32 master); False = pure bf16
+    deepspeed: bool = False  # ZeRO through DeepSpeed (16-bit params + fp32 master in the optimiser)
+    attention: str = "flash"  # flash | sdpa (memory-efficient kernels: linear in the sequence) | eager
+    loss: str = "standard"  # standard | chunked | fused cross-entropy
+    kbit_upcast: bool = True  # PEFT's prepare_model_for_kbit_training casts non-quantised weights to fp32
+    optimizer_in_backward: bool = False  # each param stepped as its grad arrives (torchtune)
+    packing: bool = False
+    gradient_accumulation_steps: int = 1  # > 1: grads live through the next forward pass
+    frozen_fp32: bool = False  # lora: the frozen base kept in fp32 (LitGPT's bf16-mixed) instead of 16-bit
+    compiled: bool = False  # torch.compile fuses the norm/MLP elementwise ops: fewer saved activations
+    activation_offload: bool = False  # checkpointed layer inputs moved to host RAM (torchtune)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One component of the estimate, for `plan --explain`: GiB at world size 1 and how it was computed."""
+
+    name: str
+    gb: float
+    formula: str
+    shard: int = 0  # ZeRO stage from which it is divided by the world size (0 = never)
+    offload: str = ""  # "optimizer" / "param": moved to host RAM by that offload
+    on_gpu: bool = True  # False: paged (CUDA unified memory spills to the host): it need not fit the card
+    phase: str = "static"  # static: held throughout; forward: activations (freed as the backward pass runs);
+    # backward: grads (built as activations are freed, dropped after the step unless accumulating)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Per-GPU memory components in GiB at a data-parallel world size of 1 (`per_gpu_gb` shards them)."""
+    """Per-GPU memory of one run. `per_gpu_gb(world)` is what a GPU must have; `peak_allocated_gb(world)`
+    what torch's allocator peaks at (comparable with `torch.cuda.max_memory_allocated`)."""
 
     shape: ModelShape
     setup: TrainSetup
     params: int
     trainable_params: int
-    weights_gb: float
-    trainable_gb: float  # fp32 copies of adapter weights (0 for full: they are the weights)
-    grads_gb: float
-    optimizer_gb: float
-    activations_gb: float
+    terms: tuple[Term, ...]
     context_gb: float
     overhead: float
     optimizer: str
     parts: Mapping[str, float] = field(default_factory=dict)
 
+    def _get(self, name: str) -> float:
+        return sum(t.gb for t in self.terms if t.name == name)
+
+    @property
+    def weights_gb(self) -> float:
+        return self._get("weights")
+
+    @property
+    def optimizer_gb(self) -> float:
+        """Optimiser states, wherever they live (a checkpoint holds them)."""
+        return self._get("optimizer")
+
+    @property
+    def offloadable_gb(self) -> float:
+        """What ZeRO's optimizer offload keeps in host RAM: states, fp32 master weights and grads."""
+        return sum(t.gb for t in self.terms if t.offload == "optimizer")
+
+    @property
+    def grads_gb(self) -> float:
+        return self._get("grads")
+
+    @property
+    def activations_gb(self) -> float:
+        return self._get("activations") + self._get("logits")
+
+    def term_gb(self, term: Term, world_size: int = 1) -> float:
+        s, n = self.setup, max(1, world_size)
+        if not term.on_gpu:
+            return 0.0
+        if term.offload == "optimizer" and s.offload_optimizer and s.zero_stage >= 1:
+            return 0.0
+        if term.offload == "param" and s.offload_param and s.zero_stage >= 3:
+            return 0.0
+        if term.shard and s.zero_stage >= term.shard:
+            return term.gb / n
+        return term.gb
+
+    def peak_allocated_gb(self, world_size: int = 1) -> float:
+        """Held throughout + the larger of the forward peak (activations) and the grads the backward pass
+        builds as it frees them; both at once when grads accumulate over micro-batches."""
+        by = {"static": 0.0, "forward": 0.0, "backward": 0.0}
+        for t in self.terms:
+            by[t.phase] += self.term_gb(t, world_size)
+        if self.setup.gradient_accumulation_steps > 1:
+            return sum(by.values())
+        return by["static"] + max(by["forward"], by["backward"])
+
     def per_gpu_gb(self, world_size: int = 1) -> float:
         """GiB one GPU needs when the job runs data-parallel on `world_size` GPUs (ZeRO shards per stage)."""
-        s, n = self.setup, max(1, world_size)
-        weights = self.weights_gb / n if s.zero_stage >= 3 else self.weights_gb
-        if s.offload_param and s.zero_stage >= 3:
-            weights = self.weights_gb / self.shape.layers  # one layer gathered at a time
-        grads = self.grads_gb / n if s.zero_stage >= 2 else self.grads_gb
-        opt = self.optimizer_gb / n if s.zero_stage >= 1 else self.optimizer_gb
-        if s.offload_optimizer and s.zero_stage >= 1:
-            opt = 0.0
-        body = weights + self.trainable_gb + grads + opt + self.activations_gb
-        return body * (1 + self.overhead) + self.context_gb
+        return self.peak_allocated_gb(world_size) * (1 + self.overhead) + self.context_gb
 
-
-LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+    def explain(self, world_size: int = 1) -> list[str]:
+        """One line per term: its GiB on one of `world_size` GPUs and the formula's inputs."""
+        lines = []
+        for t in self.terms:
+            gb = self.term_gb(t, world_size)
+            if t.gb < 0.005:
+                continue
+            how = t.formula
+            if not t.on_gpu:
+                how += ", not counted"
+            elif gb != t.gb:
+                how += " (offloaded to host RAM)" if gb == 0 else f" / {world_size} GPUs (ZeRO-{self.setup.zero_stage})"
+            lines.append(f"{t.name}: {gb:.2f} GB = {how}")
+        return lines
 
 
 def lora_trainable_params(shape: ModelShape, r: int, targets: tuple[str, ...] | None,
@@ -226,13 +186,81 @@ def lora_trainable_params(shape: ModelShape, r: int, targets: tuple[str, ...] | 
     if any(t in ("all-linear", "all_linear") for t in targets):
         targets = tuple(dims)
     per_layer = sum(r * (dims[t][0] + dims[t][1]) for t in targets if t in dims)
+    if shape.experts and any(t in ("gate_proj", "up_proj", "down_proj", "w1", "w2", "w3") for t in targets):
+        # PEFT adapts each expert's projections too
+        moe = r * (3 if shape.gated_mlp else 2) * (shape.hidden + shape.moe_intermediate) * shape.experts
+        per_layer_moe = moe - sum(r * (dims[t][0] + dims[t][1]) for t in ("gate_proj", "up_proj", "down_proj")
+                                  if t in targets and t in dims)
+        per_layer_moe = max(per_layer_moe, 0)
+    else:
+        per_layer_moe = 0
     extra = 0
     for m in modules_to_save:
         if m in ("embed_tokens", "lm_head"):
             extra += shape.vocab * shape.hidden
     if shape.tied_embeddings and {"embed_tokens", "lm_head"} <= set(modules_to_save):
         extra -= shape.vocab * shape.hidden
-    return shape.layers * per_layer + extra
+    return shape.layers * per_layer + shape.moe_layers * per_layer_moe + extra
+
+
+def _optimizer_kind(name: str) -> tuple[str, bool]:
+    """(state kind, paged) of an HF `optim` name."""
+    paged = name.startswith("paged_")
+    if "4bit" in name:
+        return "adamw_4bit", paged
+    if "8bit" in name:
+        return "adamw_8bit", paged
+    if name.startswith("sgd"):
+        return "sgd", paged
+    if name.startswith("adafactor"):
+        return "adafactor", paged
+    return "adamw", paged
+
+
+def _lora_targets(shape: ModelShape, targets: tuple[str, ...] | None) -> list[str]:
+    dims = shape.module_dims()
+    if targets is None:
+        return [t for t in LORA_DEFAULT_TARGETS if t in dims]
+    if any(t in ("all-linear", "all_linear") for t in targets):
+        return list(dims)
+    return [t for t in targets if t in dims]
+
+
+def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
+    h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
+    i = shape.active_intermediate
+    tokens = s.sequence_len * s.micro_batch_size
+    per_layer = 2 * (4 + c) * h + c * (2 * q + 2 * kv) + 4 * c * i
+    how = f"2(4+{c:g})h + {c:g}(2q+2kv) + 4*{c:g}*i"
+    if s.adapter != "full" and s.lora_dropout > 0:
+        dims = shape.module_dims()
+        drop = sum((c + 1) * dims[t][0] for t in _lora_targets(shape, s.lora_target_modules))
+        per_layer += drop
+        how += f" + LoRA dropout {drop:g}"
+    if s.attention == "eager":
+        per_layer += shape.heads * s.sequence_len * (4 + c)
+        how += f" + eager softmax heads*seq*(4+{c:g})"
+    scale = 0.72 if s.compiled else 1.0  # torchtune's table: compile took 9 of 27 GB of activations
+    if s.gradient_checkpointing and s.activation_offload:
+        acts = tokens * per_layer * scale
+        formula = (f"{tokens} tokens x one layer recomputed {per_layer / 1024:.0f} KiB [checkpointed inputs "
+                   f"offloaded to host RAM; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
+    elif s.gradient_checkpointing:
+        acts = tokens * (L * c * h + per_layer * scale)
+        formula = (f"{tokens} tokens x ({L} layers x {c:g}h + one layer recomputed {per_layer / 1024:.0f} KiB) "
+                   f"[gradient checkpointing; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
+    else:
+        acts = tokens * L * per_layer * scale
+        formula = f"{tokens} tokens x {L} layers x {per_layer / 1024:.0f} KiB [{how}; h={h}, q={q}, kv={kv}, i={i}]"
+    # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
+    # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
+    per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
+    logits = tokens * shape.vocab * per_vocab
+    terms = [Term("activations", acts / GIB, formula, phase="forward")]
+    if logits:
+        terms.append(Term("logits", logits / GIB, f"{tokens} tokens x vocab {shape.vocab} x {per_vocab:g} bytes "
+                                                   f"({s.loss} cross-entropy)", phase="forward"))
+    return terms
 
 
 def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str, Any] | None = None) -> MemoryEstimate:
@@ -241,40 +269,80 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         from .settings import planner_settings
 
         settings = planner_settings()["memory"]
-    optimizer = setup.optimizer or settings["optimizer"][setup.adapter]
-    opt_bytes = float(settings["optimizer_bytes"].get(optimizer, 8))
-    P = shape.params
-    other = P - shape.linear_params  # embeddings, lm_head, norms: never quantised
-    if setup.adapter == "qlora":
-        weights = shape.linear_params * _NF4_BYTES + other * 2
-    elif setup.load_in_8bit:
-        weights = shape.linear_params * 1.0 + other * 2
+    s = setup
+    optimizer = s.optimizer or settings["optimizer"][s.adapter]
+    kind, paged = _optimizer_kind(optimizer)
+    c = 4.0 if s.precision == "fp32" else 2.0
+    P, lin = shape.params, shape.linear_params
+    other = P - lin  # embeddings, lm_head, norms: never quantised
+    terms: list[Term] = []
+    if s.adapter in ("qlora", "lora"):
+        quant = s.adapter == "qlora" or s.load_in_8bit
+        other_b = 4.0 if (quant and s.kbit_upcast) else c
+        if s.adapter == "qlora":
+            w, how = lin * _NF4_BYTES + other * other_b, f"{lin / 1e9:.2f}B linear x NF4 {_NF4_BYTES:.3f}"
+        elif s.load_in_8bit:
+            w, how = lin * 1.0 + other * other_b, f"{lin / 1e9:.2f}B linear x int8 1"
+        else:
+            base_b = 4.0 if s.frozen_fp32 else c
+            w, how = P * base_b, f"{P / 1e9:.2f}B x {base_b:g}"
+            other_b = base_b
+        if s.adapter != "lora" or s.load_in_8bit:
+            how += f" + {other / 1e9:.2f}B embeddings/norms x {other_b:g}"
+        terms.append(Term("weights", w / GIB, how, shard=3, offload="param"))
+        T = lora_trainable_params(shape, s.lora_r, s.lora_target_modules, s.lora_modules_to_save)
+        terms.append(Term("trainable", T * 4.0 / GIB, f"{T / 1e6:.1f}M LoRA params x fp32 4", shard=3))
+        terms.append(Term("grads", T * 4.0 / GIB, f"{T / 1e6:.1f}M x fp32 4", shard=2, phase="backward"))
+        if s.frozen_fp32 and c == 2.0 and not s.gradient_checkpointing:
+            terms.append(Term("autocast copies", lin * c / GIB, f"{lin / 1e9:.2f}B frozen linear x {c:g} (16-bit "
+                              "casts saved for the backward pass)", phase="forward"))
+        state_dtype = 4.0
     else:
-        weights = P * 2.0
-    if setup.adapter == "full":
-        trainable = P
-        trainable_copy, grads = 0.0, P * 2.0
-    else:
-        trainable = lora_trainable_params(shape, setup.lora_r, setup.lora_target_modules, setup.lora_modules_to_save)
-        trainable_copy, grads = trainable * 4.0, trainable * 4.0
-    optimizer_b = trainable * opt_bytes
-
-    h, i, L = shape.hidden, shape.intermediate, shape.layers
-    kv = shape.kv_heads * shape.hd
-    tokens = setup.sequence_len * setup.micro_batch_size
-    per_layer_token = 2.0 * (6 * h + 2 * kv + 5 * i)
-    if setup.gradient_checkpointing or setup.adapter == "qlora":
-        acts = tokens * (L * 2 * h + per_layer_token)
-    else:
-        acts = tokens * L * per_layer_token
-    logits = tokens * shape.vocab * 10.0
-    activations = acts + logits
-    parts = {"weights": weights / GIB, "trainable": trainable_copy / GIB, "grads": grads / GIB,
-             "optimizer": optimizer_b / GIB, "activations": acts / GIB, "logits": logits / GIB}
+        T = P
+        if s.deepspeed and s.zero_stage >= 1 and s.fp32_master_weights:
+            terms.append(Term("weights", P * c / GIB, f"{P / 1e9:.2f}B x {c:g} (DeepSpeed 16-bit params)",
+                              shard=3, offload="param"))
+            # ZeRO-Offload moves the gradient partitions to the host along with the optimizer
+            terms.append(Term("grads", P * c / GIB, f"{P / 1e9:.2f}B x {c:g}", shard=2, offload="optimizer"))
+            terms.append(Term("master weights", P * 4.0 / GIB, f"{P / 1e9:.2f}B x fp32 4", shard=1,
+                              offload="optimizer"))
+            terms.append(Term("fp32 grads", P * 4.0 / GIB, f"{P / 1e9:.2f}B x fp32 4 (the partition the optimiser "
+                                                            "steps)", shard=1, offload="optimizer"))
+            state_dtype = 4.0
+        elif s.fp32_master_weights and c == 2.0:
+            terms.append(Term("weights", P * 4.0 / GIB, f"{P / 1e9:.2f}B x fp32 4 (autocast)", shard=3,
+                              offload="param"))
+            grads = 0.0 if s.optimizer_in_backward else P * 4.0
+            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x fp32 4", shard=2, phase="backward",
+                              offload="param"))  # FSDP's CPU offload moves grads with the params
+            if not (s.gradient_checkpointing or s.zero_stage >= 3):
+                terms.append(Term("autocast copies", lin * c / GIB,
+                                  f"{lin / 1e9:.2f}B linear x {c:g} (16-bit casts saved for the backward pass)",
+                                  phase="forward"))
+            state_dtype = 4.0
+        else:
+            pb = c if not s.fp32_master_weights else 4.0
+            terms.append(Term("weights", P * pb / GIB, f"{P / 1e9:.2f}B x {pb:g}", shard=3, offload="param"))
+            grads = 0.0 if s.optimizer_in_backward else P * pb
+            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x {pb:g}", shard=2, phase="backward",
+                              offload="param"))
+            state_dtype = pb
+    per_param = _OPT_BYTES_FP32[kind] * (state_dtype / 4.0 if kind == "adamw" else 1.0)
+    terms.append(Term("optimizer", T * per_param / GIB, f"{T / 1e9:.3f}B x {optimizer} {per_param:g}"
+                      + (" (paged: spills to host RAM when the GPU runs short)" if paged else ""),
+                      shard=1, offload="optimizer", on_gpu=not paged))
+    if s.optimizer_in_backward and s.adapter == "full":
+        largest = shape.largest_module_params
+        terms.append(Term("grads in flight", largest * c / GIB, f"largest module {largest / 1e6:.0f}M x {c:g}"))
+    if s.zero_stage >= 3:
+        largest = shape.largest_module_params
+        gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
+        terms.append(Term("ZeRO-3 gathered", gathered / GIB,
+                          f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
+    terms.extend(_activation_terms(shape, s, c))
+    parts = {t.name: t.gb for t in terms}
     return MemoryEstimate(
-        shape=shape, setup=setup, params=P, trainable_params=trainable,
-        weights_gb=weights / GIB, trainable_gb=trainable_copy / GIB, grads_gb=grads / GIB,
-        optimizer_gb=optimizer_b / GIB, activations_gb=activations / GIB,
+        shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),
         optimizer=optimizer, parts=parts,
     )
@@ -285,9 +353,13 @@ def read_deepspeed(path: str | None, base_dir: Path | None = None) -> tuple[int,
     the stage its name says ("zero3-offload.json") so plans work before the file exists."""
     if not path:
         return 0, False, False
+    from ..dsconfig import preset_path
+
     p = Path(path)
     if not p.is_absolute() and base_dir is not None and not p.exists():
         p = base_dir / p
+    if not p.exists() and (preset := preset_path(path)) is not None:
+        p = preset
     try:
         cfg = json.loads(p.read_text(encoding="utf-8")).get("zero_optimization") or {}
         stage = int(cfg.get("stage", 0))
@@ -302,16 +374,40 @@ def read_deepspeed(path: str | None, base_dir: Path | None = None) -> tuple[int,
 
 
 def setup_from_recipe(recipe: Any) -> TrainSetup:
-    """The `TrainSetup` of a `launchpad.recipe.Recipe` (an `optimizer` field is used when the recipe has one)."""
+    """The `TrainSetup` of a `launchpad.recipe.Recipe`: what launchpad's trainer will run."""
     src = getattr(recipe, "source_path", None)
     base_dir = Path(src).parent if src else None
     stage, off_opt, off_par = read_deepspeed(recipe.deepspeed, base_dir)
     targets = recipe.lora_target_modules
     return TrainSetup(
         adapter=recipe.adapter, sequence_len=recipe.sequence_len, micro_batch_size=recipe.micro_batch_size,
-        gradient_checkpointing=bool(recipe.gradient_checkpointing), lora_r=recipe.lora_r,
+        # QLoRA always checkpoints (the trainer turns it on, as Axolotl does)
+        gradient_checkpointing=bool(recipe.gradient_checkpointing or recipe.adapter == "qlora"), lora_r=recipe.lora_r,
         lora_target_modules=tuple(targets) if targets else None,
         lora_modules_to_save=tuple(recipe.lora_modules_to_save or ()),
-        optimizer=getattr(recipe, "optimizer", None), zero_stage=stage,
+        lora_dropout=float(getattr(recipe, "lora_dropout", 0.05)),
+        optimizer=getattr(recipe, "optimizer", None), zero_stage=stage, deepspeed=bool(recipe.deepspeed),
         offload_optimizer=off_opt, offload_param=off_par, load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
+        precision="fp32" if recipe.bf16 is False else "bf16",
+        fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)),
+        # launchpad's trainer runs FlashAttention-2 or PyTorch SDPA, never eager attention
+        attention="flash", loss="standard", packing=bool(getattr(recipe, "sample_packing", False)),
+        gradient_accumulation_steps=int(getattr(recipe, "gradient_accumulation_steps", 1)),
     )
+
+
+def recipe_shape(recipe: Any) -> ModelShape:
+    """The recipe's model shape (raises `UnknownModel` with how to give it)."""
+    src = getattr(recipe, "source_path", None)
+    base_dir = Path(src).parent if src else None
+    return resolve_shape(recipe.base_model, base_dir, getattr(recipe, "base_model_config", None))
+
+
+def model_shape(base_model: str, base_dir: Path | None = None) -> ModelShape | None:
+    """The shape of `base_model`, None when it cannot be sized (see `launchpad.planner.shapes`)."""
+    return try_shape(base_model, base_dir)
+
+
+__all__ = ["GIB", "ModelShape", "MemoryEstimate", "Term", "TrainSetup", "UnknownModel", "estimate_memory",
+           "lora_trainable_params", "model_shape", "read_deepspeed", "recipe_shape", "setup_from_recipe",
+           "shape_from_config"]

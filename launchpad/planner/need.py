@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import RecipeError
 from .disk import disk_need
-from .memory import GIB, estimate_memory, model_shape, setup_from_recipe
+from .memory import GIB, estimate_memory, recipe_shape, setup_from_recipe
 from .settings import planner_settings
 from .types import Need
 
@@ -50,12 +50,23 @@ def _host_need(params: int, memory: Any, nodes: int) -> tuple[float, str]:
     if memory is not None:
         s = memory.setup
         if s.offload_optimizer and s.zero_stage >= 1:
-            offload += memory.optimizer_gb / max(1, nodes)
+            offload += memory.offloadable_gb / max(1, nodes)
         if s.offload_param and s.zero_stage >= 3:
             offload += memory.weights_gb / max(1, nodes)
     if offload:
         why.append(f"{offload:.1f} GB ZeRO offload")
     return HOST_SYSTEM_GB + weights + offload, " + ".join(why)
+
+
+def _shape_or_error(recipe: Any, src: str | None):
+    """The model's shape; an unknown model is a recipe error naming the file and the fix (never "any GPU")."""
+    from .shapes import UnknownModel
+
+    try:
+        return recipe_shape(recipe)
+    except UnknownModel as exc:
+        where = getattr(recipe, "_source_shown", None) or src or "recipe"
+        raise RecipeError(f"{where}: base_model: {exc}") from None
 
 
 def need_from_recipe(recipe: Any) -> Need:
@@ -75,16 +86,10 @@ def need_from_recipe(recipe: Any) -> Need:
         except ValueError as exc:
             raise RecipeError(f"{src or 'recipe'}: resources.gpu: {exc}") from None
 
-    shape = model_shape(recipe.base_model, base_dir)
-    memory = None
+    shape = _shape_or_error(recipe, src)
     setup = setup_from_recipe(recipe)
-    if shape is None:
-        notes.append(f"model shape of {recipe.base_model!r} unknown (no config.json, not in the bundled table): "
-                     "VRAM is not checked and the time estimate assumes 7B parameters")
-        params = 7_000_000_000
-    else:
-        memory = estimate_memory(shape, setup)
-        params = shape.params
+    memory = estimate_memory(shape, setup)
+    params = shape.params
     min_world = (spec.count_min if spec else 1) * res.nodes
     vram = memory.per_gpu_gb(min_world) if memory else None
 

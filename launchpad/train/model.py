@@ -165,8 +165,10 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}  # one full copy per rank
     elif recipe.adapter == "lora":
         kwargs["dtype"] = getattr(torch, prec.dtype)  # the frozen base lives in 16-bit on a GPU
+    elif getattr(recipe, "fp32_master_weights", True) or not prec.bf16 or zero_stage:  # fp16 needs fp32 params (GradScaler)
+        kwargs["dtype"] = torch.float32  # fp32 master weights; autocast (or DeepSpeed's bf16 engine) does 16-bit
     else:
-        kwargs["dtype"] = torch.float32  # full fine-tune keeps fp32 master weights; autocast does 16-bit
+        kwargs["dtype"] = getattr(torch, prec.dtype)  # pure 16-bit: weights, grads and AdamW states
     model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     model.config.use_cache = False  # the KV cache is for generation; it wastes memory while training
     if added:

@@ -163,7 +163,15 @@ def test_bad_minimize_is_bad_input(write_recipe) -> None:
         run(write_recipe(), gpu_offer(), minimize="vibes")
 
 
-def test_unknown_model_is_planned_with_a_note(write_recipe) -> None:
-    p = run(write_recipe(base_model="someorg/mystery"), gpu_offer(instance_type="x", gpu="T4", mem=16))
-    assert ranked(p) == ["x"] and p.need.vram_gb is None
-    assert any("unknown" in n for n in p.notes)
+def test_an_unknown_model_is_a_recipe_error_not_any_gpu(write_recipe, monkeypatch) -> None:
+    from launchpad.errors import RecipeError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no Hub here: the cache and the bundled table only
+    with pytest.raises(RecipeError) as err:
+        run(write_recipe(base_model="someorg/mystery"), gpu_offer(instance_type="x", gpu="T4", mem=16))
+    text = str(err.value)
+    assert "base_model: cannot size model 'someorg/mystery'" in text and "base_model_config:" in text
+    sized = run(write_recipe(base_model="someorg/mystery", base_model_config={
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256}), gpu_offer(instance_type="x", gpu="T4", mem=16))
+    assert sized.need.vram_gb is not None and sized.need.params == pytest.approx(8.03e9, rel=0.01)

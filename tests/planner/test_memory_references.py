@@ -1,0 +1,77 @@
+"""The memory estimate against published measurements (tests/data/memory_references.yaml).
+
+The issue's bar is >= 90% of measured peaks within 0.8-1.25x, no family below 80%, none below 0.7x. The
+estimate does not meet it yet: `test_the_issue_target` says so (a strict xfail: it fails the suite the day it
+passes, so the marker goes). What is asserted is what has been reached, so it cannot slip back unnoticed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from memory_refs import FLOOR, compare, load_references, table
+
+REFS = load_references()
+PEAKS = [r for r in REFS if r.get("kind", "peak") == "peak" and not r.get("exclude")]
+BOUNDS = [r for r in REFS if r.get("kind") in ("fits", "oom") and not r.get("exclude")]
+
+
+@pytest.fixture(scope="module")
+def comparisons(offline_hub):
+    return [compare(r) for r in PEAKS]
+
+
+@pytest.fixture(scope="module")
+def offline_hub():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")  # the bundled table only: the calibration must not depend on the network
+    yield
+    mp.undo()
+
+
+def test_every_reference_is_complete_and_sourced() -> None:
+    ids = [r["id"] for r in REFS]
+    assert len(ids) == len(set(ids)) and len(PEAKS) >= 100
+    for r in REFS:
+        assert r["source"].startswith("http") and r["excerpt"], r["id"]
+        assert r["kind"] in ("peak", "fits", "oom") and float(r["measured_gb"]) > 0, r["id"]
+        if not r.get("exclude"):
+            assert r["sequence_len"] and r["micro_batch_size"] and r["adapter"] in ("lora", "qlora", "full"), r["id"]
+
+
+def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
+    with capsys.disabled():
+        print("\n" + table(comparisons))
+    within = sum(c.within for c in comparisons) / len(comparisons)
+    median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
+    assert within >= 0.65, table(comparisons)  # reached: 69 of 104 (the old estimate: 26 of 65 on its own set)
+    assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
+    by_family = {c.family for c in comparisons}
+    assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
+
+
+def test_the_issue_s_own_examples(offline_hub) -> None:
+    """Axolotl's full fine-tune of Llama-3-8B ran on one 48 GB GPU (estimated at 65 GB before); the QLoRA paper
+    trained Guanaco-65B on one 48 GB GPU (estimated at 50.5 GB before)."""
+    by_id = {r["id"]: r for r in REFS}
+    for rid in ("axolotl-llama3-8b-fft-single-48gb-fits", "qlora-guanaco-65b-48gb-fits"):
+        c = compare(by_id[rid])
+        assert c.estimate_gb <= c.measured_gb, (rid, c.estimate_gb)
+
+
+def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
+    held = []
+    for r in BOUNDS:
+        c = compare(r)
+        held.append(c.estimate_gb <= c.measured_gb if r["kind"] == "fits" else c.estimate_gb > c.measured_gb)
+    assert sum(held) / len(held) >= 0.6, held
+
+
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 69 of 104 peaks are within 0.8-1.25x")
+def test_the_issue_target(comparisons) -> None:
+    share = sum(c.within for c in comparisons) / len(comparisons)
+    families: dict[str, list[bool]] = {}
+    for c in comparisons:
+        families.setdefault(c.family, []).append(c.within)
+    assert share >= 0.9
+    assert all(sum(v) / len(v) >= 0.8 for v in families.values())
+    assert min(c.ratio for c in comparisons) >= FLOOR
