@@ -29,7 +29,9 @@ LoRA dropout's copy and mask of each adapted module's input; eager attention (no
 adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
 one layer recomputed in the backward pass. Logits: c (16-bit) + 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4
 (its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps c + 4, fused (Liger) none.
-Packing changes nothing at the peak: the worst micro-batch is full-length rows either way.
+Packing changes nothing in the tensors at the peak (the worst micro-batch is full-length rows either way), but
+fixed-shape batches let the caching allocator reuse its blocks; rows of varying length leave holes among the
+activations' blocks, another `fragmentation_unpacked` share of them (configs/planner.yaml).
 
 All sizes are GiB (2**30 bytes), the unit GPU memory is sold in.
 """
@@ -110,6 +112,7 @@ class MemoryEstimate:
     overhead: float
     optimizer: str
     parts: Mapping[str, float] = field(default_factory=dict)
+    fragmentation: float = 0.0  # extra share of the activations' memory lost to holes (rows of varying length)
 
     def _get(self, name: str) -> float:
         return sum(t.gb for t in self.terms if t.name == name)
@@ -148,19 +151,29 @@ class MemoryEstimate:
             return term.gb / n
         return term.gb
 
-    def peak_allocated_gb(self, world_size: int = 1) -> float:
-        """Held throughout + the larger of the forward peak (activations) and the grads the backward pass
-        builds as it frees them; both at once when grads accumulate over micro-batches."""
+    def _phases(self, world_size: int) -> dict[str, float]:
         by = {"static": 0.0, "forward": 0.0, "backward": 0.0}
         for t in self.terms:
             by[t.phase] += self.term_gb(t, world_size)
+        return by
+
+    def peak_allocated_gb(self, world_size: int = 1) -> float:
+        """Held throughout + the larger of the forward peak (activations) and the grads the backward pass
+        builds as it frees them; both at once when grads accumulate over micro-batches."""
+        by = self._phases(world_size)
         if self.setup.gradient_accumulation_steps > 1:
             return sum(by.values())
         return by["static"] + max(by["forward"], by["backward"])
 
+    def reserved_gb(self, world_size: int = 1) -> float:
+        """What torch's caching allocator reserves: the peak plus its overhead, plus the holes that rows of
+        varying length leave among the activations (weights and states are allocated once and do not)."""
+        return (self.peak_allocated_gb(world_size) * (1 + self.overhead)
+                + self.fragmentation * self._phases(world_size)["forward"])
+
     def per_gpu_gb(self, world_size: int = 1) -> float:
         """GiB one GPU needs when the job runs data-parallel on `world_size` GPUs (ZeRO shards per stage)."""
-        return self.peak_allocated_gb(world_size) * (1 + self.overhead) + self.context_gb
+        return self.reserved_gb(world_size) + self.context_gb
 
     def explain(self, world_size: int = 1) -> list[str]:
         """One line per term: its GiB on one of `world_size` GPUs and the formula's inputs."""
@@ -344,6 +357,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),
+        fragmentation=0.0 if s.packing else float(settings.get("fragmentation_unpacked", 0.0)),
         optimizer=optimizer, parts=parts,
     )
 

@@ -143,6 +143,13 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
     assert plain.per_gpu_gb(8) == pytest.approx(plain.per_gpu_gb(1))  # DDP replicas each hold everything
 
 
+def test_varying_row_lengths_fragment_the_allocator() -> None:
+    packed, unpacked = est("lora", packing=True), est("lora")
+    assert packed.peak_allocated_gb() == pytest.approx(unpacked.peak_allocated_gb())
+    assert (packed.fragmentation, unpacked.fragmentation) == (0.0, 0.15)
+    assert unpacked.per_gpu_gb() > packed.per_gpu_gb()
+
+
 def test_explain_names_every_term_with_its_inputs() -> None:
     lines = est("qlora", lora_r=16).explain()
     text = "\n".join(lines)
