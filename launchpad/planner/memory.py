@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,12 @@ class MemoryEstimate:
     context_gb: float
     overhead: float
     optimizer: str
-    parts: Mapping[str, float] = field(default_factory=dict)
     fragmentation: float = 0.0  # extra share of the activations' memory lost to holes (rows of varying length)
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """GiB of each term by name (at world size 1)."""
+        return {t.name: t.gb for t in self.terms}
 
     def _get(self, name: str) -> float:
         return sum(t.gb for t in self.terms if t.name == name)
@@ -353,12 +357,11 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         terms.append(Term("ZeRO-3 gathered", gathered / GIB,
                           f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
     terms.extend(_activation_terms(shape, s, c))
-    parts = {t.name: t.gb for t in terms}
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),
         fragmentation=0.0 if s.packing else float(settings.get("fragmentation_unpacked", 0.0)),
-        optimizer=optimizer, parts=parts,
+        optimizer=optimizer,
     )
 
 

@@ -23,7 +23,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -226,10 +226,10 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     extra += int(vision or 0)
     published = cfg.get("params_published")
     if published:  # the table knows the real total: make up what the formula cannot take apart
-        counted = _replace(shape, extra_params=extra).params
+        counted = replace(shape, extra_params=extra).params
         if abs(float(published) - counted) > 0.02 * float(published):
             extra += int(float(published)) - counted
-    return _replace(shape, extra_params=extra) if extra else shape
+    return replace(shape, extra_params=extra) if extra else shape
 
 
 def _mamba2_params(cfg: Mapping[str, Any], h: int) -> int:
@@ -282,12 +282,6 @@ def _vision_params(vcfg: Any) -> int:
     except (TypeError, ValueError):
         return 0
     return layers * (4 * h * h + 2 * h * inter)
-
-
-def _replace(shape: ModelShape, **kw: Any) -> ModelShape:
-    from dataclasses import replace
-
-    return replace(shape, **kw)
 
 
 @lru_cache(maxsize=1)
