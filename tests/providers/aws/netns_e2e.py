@@ -114,7 +114,7 @@ def test_spot_interruption_resumes_on_the_next_offer_from_the_last_checkpoint(ru
                     ref = None
                 if ref is not None and ref.step >= 10:
                     break
-            time.sleep(1)
+            time.sleep(0.2)
         else:
             pytest.fail("no checkpoint before the deadline")
         assert first is not None and first.get("InstanceLifecycle") == "spot"

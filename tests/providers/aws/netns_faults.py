@@ -24,7 +24,7 @@ import pytest
 from aws_helpers import CREDENTIALS, interrupt_spot
 
 from launchpad.storage import open_store
-from launchpad.storage.checkpoints import latest_checkpoint, list_checkpoints
+from launchpad.storage.checkpoints import list_checkpoints
 from launchpad.testing_faults import kill_processes_naming
 
 REPO = Path(__file__).resolve().parents[3]

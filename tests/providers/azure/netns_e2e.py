@@ -92,7 +92,7 @@ def test_a_job_is_found_by_tag_after_the_state_db_is_deleted(run_cli, arm, launc
 
 def test_spot_eviction_resumes_on_the_next_offer_from_the_last_checkpoint(arm, azure, tmp_path, instance_root,
                                                                           launchpad_home):
-    path = recipe(tmp_path, "azure-spot", steps=30, every=5, spot=True)
+    path = recipe(tmp_path, "azure-spot", steps=80, every=5, spot=True)
     env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(path), "--provider", "azure", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
@@ -107,7 +107,7 @@ def test_spot_eviction_resumes_on_the_next_offer_from_the_last_checkpoint(arm, a
                 ref = latest_checkpoint(open_store(STORE), first["tags"]["launchpad-job"])
                 if ref is not None and ref.step >= 5:
                     break
-            time.sleep(1)
+            time.sleep(0.2)
         else:
             pytest.fail("no checkpoint before the deadline")
         assert first is not None and first["properties"]["priority"] == "Spot"
@@ -122,7 +122,7 @@ def test_spot_eviction_resumes_on_the_next_offer_from_the_last_checkpoint(arm, a
             up.kill()
     assert up.returncode == 0, out[-2000:] + err[-4000:]
     job = json.loads(out)
-    assert job["state"] == "SUCCEEDED" and job["step"] == 30
+    assert job["state"] == "SUCCEEDED" and job["step"] == 80
     from launchpad.state import StateDB
 
     db = StateDB(launchpad_home / "state.db")

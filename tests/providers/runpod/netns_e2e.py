@@ -88,7 +88,7 @@ def test_up_smoke_recipe_succeeds_after_a_sold_out_gpu_with_its_checkpoint_in_s3
 
 
 def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_api, pod_root, launchpad_home, tmp_path):
-    path = recipe(tmp_path, "runpod-spot", steps=40, every=10, spot=True)
+    path = recipe(tmp_path, "runpod-spot", steps=80, every=10, spot=True)
     env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(path), "--provider", "runpod", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
@@ -116,7 +116,7 @@ def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_a
             up.kill()
     assert up.returncode == 0, out[-2000:] + err[-4000:]
     job = json.loads(out)
-    assert job["state"] == "SUCCEEDED" and job["step"] == 40
+    assert job["state"] == "SUCCEEDED" and job["step"] == 80
     events = list(StateDB(launchpad_home / "state.db").events(job["id"]))
     kinds = [e["kind"] for e in events]
     assert "preempted" in kinds and "auto-resume" in kinds

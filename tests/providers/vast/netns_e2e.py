@@ -75,7 +75,7 @@ def test_up_the_smoke_recipe_succeeds_with_its_checkpoint_in_the_store(run_cli, 
 
 def test_an_outbid_instance_is_preempted_and_resumed_from_the_last_checkpoint(vast_api, vast_config, tmp_path,
                                                                            instance_root, launchpad_home):
-    path = recipe(tmp_path, "vast-bid", steps=40, every=10, spot=True)
+    path = recipe(tmp_path, "vast-bid", steps=80, every=10, spot=True)
     env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(path), "--provider", "vast", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
@@ -104,7 +104,7 @@ def test_an_outbid_instance_is_preempted_and_resumed_from_the_last_checkpoint(va
             up.kill()
     assert up.returncode == 0, out[-2000:] + err[-4000:]
     job = json.loads(out)
-    assert job["state"] == "SUCCEEDED" and job["step"] == 40
+    assert job["state"] == "SUCCEEDED" and job["step"] == 80
     events = list(StateDB(launchpad_home / "state.db").events(job["id"]))
     kinds = [e["kind"] for e in events]
     assert "preempted" in kinds and "auto-resume" in kinds, kinds
