@@ -35,7 +35,7 @@ IGNORED = frozenset({
     "dataset_processes", "dataset_num_proc", "total_num_tokens", "sample_packing_eff_est",
     "sample_packing_seq_len_multiplier", "torchdistx_path", "project_name", "branch", "use_otel_metrics",
     "otel_metrics_host", "otel_metrics_port", "group_by_length", "torch_compile", "torch_compile_mode",
-    "gradient_checkpointing_kwargs", "flash_attn_cross_entropy", "flash_attn_rms_norm", "flash_attn_fuse_mlp",
+    "flash_attn_cross_entropy", "flash_attn_rms_norm", "flash_attn_fuse_mlp",
     "flash_attn_fuse_qkv", "flash_optimum", "lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel", "use_kernels",
     "auto_resume_from_checkpoints", "save_first_step", "include_tokens_per_second", "dataloader_num_workers",
     "dataloader_pin_memory", "dataloader_prefetch_factor", "dataloader_drop_last",
@@ -45,13 +45,9 @@ _IGNORED_PREFIXES = ("swanlab_", "trackio_", "use_swanlab", "use_trackio", "come
 
 #: features the run goes without (same model, different speed or no evaluation), key -> what differs
 NOT_YET = {
-    "eval_sample_packing": "evaluation samples are not packed (the same eval loss)",
-    "pad_to_sequence_len": "samples are not padded to sequence_len",
     "eval_strategy": "no evaluation", "evaluation_strategy": "no evaluation",
     "early_stopping_patience": "no early stopping (it needs evaluation)",
-    "saves_per_epoch": "checkpoints every checkpoint.every_steps (100 by default) instead",
     "activation_offloading": "activations stay on the GPU (more GPU memory than Axolotl needs)",
-    "chat_template": "the tokenizer's own chat template is used",
     "eot_tokens": "the tokenizer's end-of-turn token is used",
     "tokenizer_use_mistral_common": "the model's Hugging Face tokenizer is used",
 }
@@ -101,7 +97,8 @@ _DEEPSPEED = (("cpuoffload", "zero3-offload"), ("offload", "zero3-offload"), ("z
               ("zero1", "zero2"))
 _DATASET_TYPES = {"chat_template": "chat", "chat_template.default": "chat", "sharegpt": "chat", "alpaca": "alpaca",
                   "completion": "completion", "chat": "chat"}
-_DATASET_KEYS = {"path", "type", "split", "field_messages", "message_property_mappings", "roles"}
+_DATASET_KEYS = {"path", "type", "split", "field_messages", "message_property_mappings", "roles", "name", "data_files",
+                 "field", "drop_system_message"}
 
 
 def _empty(value: Any) -> bool:
@@ -139,6 +136,9 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         notes.append(f"{key}: {to}: {json.dumps(value)}" + (f" ({why})" if why else ""))
 
     # empty values are unset, as in Axolotl (a launchpad recipe's own keys are validation's to judge)
+    for key in ("evals_per_epoch", "saves_per_epoch"):  # 0 per epoch = none, as in Axolotl (a falsy value)
+        if axolotl and out.get(key) == 0 and not (key == "evals_per_epoch" and out.get("val_set_size")):
+            out[key] = None
     for key in [k for k, v in out.items() if _empty(v) and (axolotl or k not in known)]:
         del out[key]
         if key not in known:
@@ -149,6 +149,8 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         notes.append(f"name: {out['name']!r}, from the file's name (set name: to choose)")
     if "adapter" not in out:
         notes.append("adapter: not set: a full fine-tune of every weight, as in Axolotl")
+    if axolotl:
+        _chat_template(out, notes, missing)
     if axolotl and out.get("adapter", "full") == "full" and not out.get("deepspeed") and "fp32_master_weights" not in out:
         # Axolotl loads the weights in the training dtype and steps them directly; keep its memory footprint
         out["fp32_master_weights"] = False
@@ -183,14 +185,14 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
             move(key, "adam_epsilon", value)
         elif key == "save_steps":
             move(key, "checkpoint.every_steps", value)
+        elif key == "saves_per_epoch":
+            move(key, "checkpoint.per_epoch", value)
         elif key == "save_total_limit":
             move(key, "checkpoint.keep", value)
         elif key == "output_dir":
             notes.append(f"output_dir: {value!r}: checkpoints go to the store (checkpoint.uri, the provider's by "
                          "default), complete or not at all")
         elif key in NOT_YET:
-            if key == "chat_template" and value == "tokenizer_default":
-                continue
             missing.append(f"{key}: {NOT_YET[key]}")
         elif (why := _refusal(key)) is not None:
             problems.append(f"{key}: {why}")
@@ -227,6 +229,32 @@ def _looks_like_axolotl(data: dict[str, Any]) -> bool:
     return "name" not in data or "output_dir" in data
 
 
+def _chat_template(out: dict[str, Any], notes: list[str], missing: list[str]) -> None:
+    """Axolotl's template names: launchpad's own (chatml, llama3, ...) pass through; `jinja` takes
+    chat_template_jinja; a model family's own name on that family's model is the tokenizer's template."""
+    from .train.chat_templates import MODEL_FAMILY, NAMED, is_jinja
+
+    name, jinja = out.get("chat_template"), out.pop("chat_template_jinja", None)
+    if name == "jinja" or (name is None and jinja):
+        if isinstance(jinja, str) and jinja.strip():
+            out["chat_template"] = jinja
+            notes.append("chat_template: jinja: chat_template: the chat_template_jinja template")
+        else:
+            out.pop("chat_template", None)
+            missing.append("chat_template: jinja without chat_template_jinja: the tokenizer's own chat template is used")
+        return
+    if not isinstance(name, str) or name == "tokenizer_default" or name in NAMED or is_jinja(name):
+        return
+    del out["chat_template"]
+    model = str(out.get("base_model", "")).lower()
+    if any(marker in model for marker in MODEL_FAMILY.get(name, ())):
+        notes.append(f"chat_template: {name}: the tokenizer's own (Axolotl's {name} is the template of this model "
+                     "family's tokenizers)")
+    else:
+        missing.append(f"chat_template: {name}: the tokenizer's own chat template is used (launchpad's names: "
+                       f"{', '.join(NAMED)}; or chat_template: jinja with chat_template_jinja)")
+
+
 def _deepspeed(out: dict[str, Any], source: Path, notes: list[str]) -> None:
     """A DeepSpeed JSON named in Axolotl's repo layout (deepspeed_configs/zero3_bf16.json) that is not beside
     the file: the built-in preset of the same stage."""
@@ -246,7 +274,7 @@ def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolot
     """Axolotl's dataset types and keys; in a launchpad recipe what is left is validation's to name."""
     if not isinstance(out.get("datasets"), list):
         return
-    entries = out["datasets"] = [dict(e) if isinstance(e, dict) else e for e in out["datasets"]]  # copies, as above
+    entries = out["datasets"] = _local_builders(out["datasets"], notes)  # copies, as above
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue
@@ -264,12 +292,40 @@ def _datasets(out: dict[str, Any], notes: list[str], problems: list[str], axolot
             entry.pop("type")  # said here, not again by validation
             problems.append(f"{where}.type: {kind!r} is not supported: launchpad reads chat ({{messages: [{{role, "
                             "content}]}}, or mapped with field_messages), alpaca and completion data")
+        if isinstance(entry.get("data_files"), str):
+            entry["data_files"] = [entry["data_files"]]
         for key in [k for k in entry if k not in _DATASET_KEYS]:
             value = entry.pop(key)
             if _empty(value):
                 continue
-            problems.append(f"{where}.{key}: not supported yet (launchpad reads path, type, split, field_messages, "
-                            "message_property_mappings and roles)")
+            problems.append(f"{where}.{key}: not supported yet (launchpad reads {', '.join(sorted(_DATASET_KEYS))})")
+
+
+#: Hugging Face's file-format loaders: `path: json` + `data_files` reads local files
+_LOADERS = ("json", "csv", "parquet", "text")
+
+
+def _local_builders(entries: list[Any], notes: list[str]) -> list[Any]:
+    """`{path: json, data_files: [a.jsonl, b.jsonl]}` -> one entry per local file; `ds_type` (the format of a
+    local path) is the file's suffix's business."""
+    out: list[Any] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            out.append(entry)
+            continue
+        entry = dict(entry)
+        entry.pop("ds_type", None)
+        files = entry.get("data_files")
+        if entry.get("path") in _LOADERS and files:
+            files = [files] if isinstance(files, str) else list(files)
+            loader = entry.pop("path")
+            entry.pop("data_files")
+            out += [{**entry, "path": f} for f in files]
+            notes.append(f"datasets[{i}]: path: {loader} with data_files: path: {', '.join(map(str, files))} "
+                         "(the local files themselves)")
+        else:
+            out.append(entry)
+    return out
 
 
 #: keys with the same name and meaning in both (launchpad's recipe fields)
@@ -278,7 +334,8 @@ SHARED = ("base_model", "base_model_config", "load_in_8bit", "datasets", "sequen
           "num_epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup_steps", "warmup_ratio", "weight_decay", "optimizer",
           "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "adapter", "lora_r", "lora_alpha",
           "lora_dropout", "lora_target_modules", "lora_modules_to_save", "bf16", "tf32", "gradient_checkpointing",
-          "flash_attention", "special_tokens", "sample_packing", "train_on_inputs", "val_set_size", "eval_steps",
+          "gradient_checkpointing_kwargs", "flash_attention", "special_tokens", "sample_packing", "eval_sample_packing",
+          "pad_to_sequence_len", "chat_template", "train_on_inputs", "val_set_size", "eval_steps",
           "evals_per_epoch", "seed", "logging_steps", "deepspeed", "wandb_project", "wandb_entity", "wandb_name")
 #: what `translate` turns into launchpad's keys (documentation of the branches above, for the README)
 TRANSLATED = (
@@ -287,14 +344,20 @@ TRANSLATED = (
     ("`load_in_4bit: true` + `adapter: lora`", "`adapter: qlora`"),
     ("`attn_implementation: flash_attention_2` / `sdpa`, `eager`, `xformers`", "`flash_attention: true` / `false`"),
     ("`lora_target_linear: true`", "`lora_target_modules: [all-linear]` (PEFT: every linear layer but the head)"),
-    ("`save_steps`, `save_total_limit`", "`checkpoint.every_steps`, `checkpoint.keep`"),
+    ("`save_steps`, `saves_per_epoch`, `save_total_limit`", "`checkpoint.every_steps`, `checkpoint.per_epoch`, "
+     "`checkpoint.keep`"),
+    ("`chat_template: jinja` + `chat_template_jinja`", "`chat_template:` the template itself"),
+    ("`chat_template:` a model family's name (`gemma3`, `llama4`, `qwen3`, ...) on that family's model",
+     "the tokenizer's own (the same template)"),
     ("`output_dir`", "dropped: checkpoints go to `checkpoint.uri` (the provider's store by default)"),
     ("`deepspeed: deepspeed_configs/zero*.json` (not beside the file)", "the preset of its stage: `zero2`, `zero3`, "
      "`zero3-offload` (ZeRO-1 -> `zero2`)"),
     ("`gradient_checkpointing: offload`", "`gradient_checkpointing: true`"),
     ("`adam_eps`", "`adam_epsilon`"),
     ("datasets `type: chat_template`, `chat_template.default`, `sharegpt`", "`type: chat` (with `field_messages`, "
-     "`message_property_mappings`, `roles`; ShareGPT's human/gpt understood)"),
+     "`message_property_mappings`, `roles`, `drop_system_message`; ShareGPT's human/gpt understood)"),
+    ("dataset `name`, `data_files`, `field`", "the same (a Hub dataset's configuration and files; completion's "
+     "text column)"),
     ("no `name`", "`name` from the file's folder and name"),
     ("no `train_on_inputs`", "`train_on_inputs: false` (Axolotl's default: the prompt is masked)"),
     ("a key set to nothing", "unset"),

@@ -36,6 +36,8 @@ from pydantic import (
 from ._recipe_errors import apply_overrides, format_errors
 from .errors import RecipeError
 from .gpuspec import GpuSpec, check_gpu_names, parse_gpu_spec
+from .train.chat_templates import NAMED as NAMED_TEMPLATES
+from .train.chat_templates import is_jinja
 from .yamlsafe import YamlError, read_yaml_mapping
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -277,6 +279,15 @@ class Dataset(_Strict):
     roles: dict[Literal["system", "user", "assistant", "tool"], list[str]] = Field(default_factory=dict, description=(
         "chat: the role names of the data for each standard role, e.g. {user: [human], assistant: [gpt]} "
         "(these two are understood without it; Axolotl's key)."))
+    drop_system_message: bool = Field(False, description="chat: leave out system messages (Axolotl's key).")
+    field: str = Field("text", min_length=1, max_length=64, description=(
+        "completion: the column holding the text (Axolotl's key)."))
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description=(
+        "A Hugging Face dataset's configuration ('wikitext-103-raw-v1'; `load_dataset(path, name)`)."))
+    data_files: list[Annotated[str, Field(min_length=1, max_length=512)]] | None = Field(None, min_length=1,
+        description=(
+            "A Hugging Face dataset's files to read, relative to the dataset repository (`load_dataset(path, "
+            "data_files=...)`; Axolotl's key)."))
 
     _path = field_validator("path")(_check_dataset_path)
 
@@ -321,9 +332,18 @@ class Checkpoint(_Strict):
         "Store URI (file:// s3:// gs:// az://) or a local path (relative to the recipe's folder; becomes "
         "file://). Leave out for the provider's default."))
     every_steps: int = Field(100, ge=1, le=10**9, description="Save a checkpoint every this many optimizer steps.")
+    per_epoch: int | None = Field(None, ge=1, le=10**6, description=(
+        "Save this many checkpoints per epoch, evenly spaced, instead of every every_steps steps (Axolotl's "
+        "saves_per_epoch)."))
     keep: int = Field(3, ge=1, le=1000, description="Keep this many most recent checkpoints in the store.")
 
     _uri = field_validator("uri")(_check_checkpoint_uri)
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> Checkpoint:
+        if self.per_epoch is not None and "every_steps" in self.model_fields_set:
+            raise ValueError("every_steps and per_epoch are both set: keep one (per_epoch spaces the saves by epoch)")
+        return self
 
 
 class Autostop(_Strict):
@@ -374,6 +394,9 @@ class Recipe(_Strict):
         "Optimizer steps to run. Set this or num_epochs; if both are set, max_steps wins (as in HF Trainer)."))
     bf16: bool | Literal["auto"] = Field("auto", description="bfloat16 training; auto = when the GPU supports it.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory (~30% slower).")
+    gradient_checkpointing_kwargs: dict[Literal["use_reentrant"], bool] = Field(default_factory=dict, description=(
+        "{use_reentrant: true|false}: PyTorch's checkpointing kind. Default false (non-reentrant), except LoRA "
+        "under ZeRO-3, which needs true (Axolotl's key)."))
     fp32_master_weights: bool = Field(True, description=(
         "adapter: full without DeepSpeed: true keeps fp32 weights and trains under 16-bit autocast (16 bytes a "
         "parameter with AdamW); false trains the 16-bit weights directly (Axolotl's way: half the weights and "
@@ -404,6 +427,14 @@ class Recipe(_Strict):
     sample_packing: bool = Field(False, description=(
         "Pack short samples into full sequence_len rows (TRL's best-fit packing; position ids restart at each "
         "sample, so no sample attends to another): far fewer padding tokens on short chat data (Axolotl's key)."))
+    eval_sample_packing: bool | None = Field(None, description=(
+        "Pack the evaluation rows too; default: as sample_packing (Axolotl's key)."))
+    pad_to_sequence_len: bool = Field(False, description=(
+        "Pad every batch to sequence_len: the same shapes at every step, so memory is steady from the first "
+        "step (Axolotl's key)."))
+    chat_template: str | None = Field(None, min_length=1, max_length=65536, description=(
+        "The chat template applied to chat/alpaca data: tokenizer_default (the tokenizer's own, the default), "
+        "one of " + ", ".join(NAMED_TEMPLATES) + " (Axolotl's names), or a Jinja template itself."))
     train_on_inputs: bool = Field(True, description=(
         "true: the loss covers every token; false: only the final assistant reply of each chat/alpaca row (the "
         "prompt is masked; Axolotl's default, which masks every non-assistant turn)."))
@@ -438,6 +469,14 @@ class Recipe(_Strict):
     _base_model = field_validator("base_model")(_check_base_model)
     _deepspeed = field_validator("deepspeed")(_check_deepspeed)
     _bf16 = field_validator("bf16", "flash_attention", mode="before")(_true_false_auto)
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is None or value == "tokenizer_default" or value in NAMED_TEMPLATES or is_jinja(value):
+            return value
+        raise ValueError(f"unknown template {value[:40]!r}: use tokenizer_default, one of "
+                         f"{', '.join(NAMED_TEMPLATES)}, or a Jinja template ({{% for message in messages %}}...)")
 
     @model_validator(mode="after")
     def _steps_set(self) -> Recipe:

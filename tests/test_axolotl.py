@@ -49,7 +49,7 @@ def test_every_example_validates_or_is_refused_with_a_named_reason():
         assert recipe.name and all(n.startswith(f"{path}: ") for n in recipe.notes)
     print(dict(tally))
     # what runs today (a drop means a regression; a rise, update the figure and the README's table)
-    assert tally["valid"] >= 38 and tally["full"] >= 3, tally
+    assert tally["valid"] >= 41 and tally["full"] >= 3, tally
 
 
 def test_every_full_fine_tune_plans_as_full():
@@ -100,6 +100,38 @@ def test_shared_keys_mean_what_they_mean_in_axolotl(tmp_path):
     assert full.adapter == "full" and any("a full fine-tune of every weight" in n for n in full.notes)
 
 
+def test_epoch_cadence_templates_and_trainer_keys_carry_over(tmp_path):
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "b.jsonl").write_text("")
+    r = load_recipe(write(tmp_path, adapter="lora", saves_per_epoch=4, chat_template="llama3", evals_per_epoch=0,
+                          gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False},
+                          pad_to_sequence_len=True, eval_sample_packing=False,
+                          datasets=[{"path": "json", "data_files": [str(tmp_path / "a.jsonl"), "b.jsonl"],
+                                     "type": "chat_template", "drop_system_message": True, "ds_type": "json"},
+                                    {"path": "wikitext", "name": "wikitext-103-raw-v1", "type": "completion",
+                                     "field": "text", "data_files": "train/0.parquet"}]))
+    assert r.checkpoint.per_epoch == 4 and r.chat_template == "llama3" and r.evals_per_epoch is None
+    assert r.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert r.pad_to_sequence_len is True and r.eval_sample_packing is False
+    assert [Path(d.path).name for d in r.datasets[:2]] == ["a.jsonl", "b.jsonl"]  # path: json -> the files
+    assert all(d.drop_system_message and d.type == "chat" for d in r.datasets[:2])
+    wiki = r.datasets[2]
+    assert (wiki.path, wiki.name, wiki.field, wiki.data_files) == ("wikitext", "wikitext-103-raw-v1", "text",
+                                                                   ["train/0.parquet"])
+    notes = "\n".join(r.notes)
+    assert "saves_per_epoch: checkpoint.per_epoch: 4" in notes and "path: json with data_files" in notes
+    assert "not supported yet" not in notes, notes
+    jinja = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert load_recipe(write(tmp_path, chat_template="jinja", chat_template_jinja=jinja)).chat_template == jinja
+    own = load_recipe(write(tmp_path, base_model="google/gemma-3-1b-it", chat_template="gemma3"))
+    assert own.chat_template is None and any("chat_template: gemma3: the tokenizer's own" in n for n in own.notes)
+    other = load_recipe(write(tmp_path, chat_template="gemma3"))  # a gemma3 template on another model: said
+    assert other.chat_template is None and any("not supported yet" in n and "gemma3" in n for n in other.notes)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write(tmp_path, saves_per_epoch=2, save_steps=10))
+    assert any("every_steps and per_epoch are both set" in p for p in err.value.problems), err.value.problems
+
+
 @pytest.mark.parametrize("keys, reason", [
     ({"rl": "dpo"}, "rl: launchpad runs supervised fine-tuning"),
     ({"fsdp": ["full_shard"]}, "fsdp: launchpad shards with DeepSpeed ZeRO: use deepspeed: zero3"),
@@ -144,17 +176,20 @@ def test_validate_prints_the_notes_and_json_carries_them(run_cli):
     path = AXOLOTL / "examples" / "llama-3" / "qlora.yml"
     proc = run_cli("validate", str(path))
     assert proc.returncode == 0 and "valid (llama-3-qlora, adapter qlora)" in proc.stdout
-    assert "lora_target_linear: true: lora_target_modules" in proc.stderr and "not supported yet" in proc.stderr
+    assert "lora_target_linear: true: lora_target_modules" in proc.stderr and "ignored" in proc.stderr
     doc = json.loads(run_cli("validate", str(path), "--json", check=True).stdout)
-    assert doc["valid"] and doc["adapter"] == "qlora" and any("saves_per_epoch" in n for n in doc["notes"])
+    assert doc["valid"] and doc["adapter"] == "qlora" and any("saves_per_epoch: checkpoint.per_epoch: 1" in n
+                                                              for n in doc["notes"])
     refused = run_cli("validate", str(AXOLOTL / "examples" / "llama-3" / "instruct-dpo-lora-8b.yml"))
     assert refused.returncode == 2 and "rl: launchpad runs supervised fine-tuning" in refused.stderr
 
 
 @pytest.mark.slow
 def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
-    """No name, an 8-bit base under LoRA, ShareGPT data (conversations, from/value, human/gpt), lora_target_linear,
-    special_tokens, warmup_ratio, save_steps, val_set_size + eval_steps: the run trains, its loss falls, it evaluates."""
+    """No name, an 8-bit base under LoRA, ShareGPT data (conversations, from/value, human/gpt) without its system
+    messages, a named chat template, lora_target_linear, special_tokens, warmup_ratio, saves_per_epoch, val_set_size +
+    eval_steps, packing padded to sequence_len, non-reentrant checkpointing: the run trains, its loss falls, it
+    evaluates."""
     rows = [json.loads(line) for line in (REPO / "recipes" / "data" / "smoke-chat.jsonl").read_text().splitlines()]
     names = {"user": "human", "assistant": "gpt", "system": "system"}
     sharegpt = tmp_path / "sharegpt.jsonl"
@@ -163,9 +198,12 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     config = {"base_model": "builtin:tiny-llama", "adapter": "lora", "load_in_8bit": True, "lora_r": 8, "lora_alpha": 16,
               "lora_target_linear": True, "lora_modules_to_save": ["embed_tokens", "lm_head"],
               "datasets": [{"path": str(sharegpt), "type": "chat_template", "field_messages": "conversations",
-                            "message_property_mappings": {"role": "from", "content": "value"}}],
+                            "message_property_mappings": {"role": "from", "content": "value"},
+                            "drop_system_message": True}],
+              "chat_template": "chatml", "pad_to_sequence_len": True, "eval_sample_packing": False,
+              "gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False},
               "sequence_len": 128, "micro_batch_size": 8, "learning_rate": 0.005, "max_steps": 40,
-              "warmup_ratio": 0.1, "save_steps": 20, "save_total_limit": 1, "logging_steps": 1,
+              "warmup_ratio": 0.1, "saves_per_epoch": 2, "save_total_limit": 1, "logging_steps": 1,
               "special_tokens": {"pad_token": "<|end_of_text|>"}, "output_dir": "./outputs/x", "strict": False,
               "sample_packing": True, "bf16": "auto", "tf32": True, "adam_beta2": 0.95,
               "val_set_size": 0.1, "eval_steps": 10}
@@ -185,6 +223,8 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     assert "base model in 8-bit (bitsandbytes LLM.int8)" in log
     assert "evaluation: " in log and "rows held out" in log and "step 10/40 eval loss" in log
     assert "train_on_inputs: false: the loss covers each row's final assistant reply" in log  # Axolotl's default
+    assert "chat template: chatml" in log
+    assert "uploaded checkpoint-20 " in log and "uploaded checkpoint-40 " in log  # 2 saves in the (one) epoch
     detail = json.loads(run_cli("status", job["id"], "--json", check=True).stdout)[0]
     assert [s for s, _ in detail["eval_losses"]] == [10, 20, 30, 40], detail.get("eval_losses")  # from the store
 
@@ -208,7 +248,7 @@ def test_convert_writes_the_equivalent_recipe(run_cli, tmp_path):
     proc = run_cli("convert", str(source), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
-    assert "# not supported yet, the run goes without: saves_per_epoch" in text and "# ignored" in text
+    assert "# ignored" in text and yaml.safe_load(text)["checkpoint"]["per_epoch"] == 1
     assert data_has(text, "sample_packing: true")
     data = yaml.safe_load(text)
     assert (data["name"], data["adapter"], data["lora_target_modules"]) == ("llama-3-qlora", "qlora", ["all-linear"])

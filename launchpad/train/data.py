@@ -50,11 +50,15 @@ def _read_json_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_rows(path: str, *, cache_dir: Path | None = None, split: str = "train") -> Iterable[dict[str, Any]]:
-    """Raw rows of one dataset path: local file/folder, or a Hugging Face id (its `split`)."""
+def load_rows(path: str, *, cache_dir: Path | None = None, split: str = "train", name: str | None = None,
+              data_files: list[str] | None = None) -> Iterable[dict[str, Any]]:
+    """Raw rows of one dataset path: local file/folder, or a Hugging Face id (its `split`, configuration
+    `name` and `data_files`)."""
     local = Path(path[len("file://") :] if path.startswith("file://") else path)
     if local.is_file():
         return _read_json_rows(local)
+    if local.is_dir() and (name or data_files):  # a dataset repository's copy: its configurations and files
+        return _hf_load(str(local), name, split, data_files, cache_dir)
     if local.is_dir():
         files = sorted(p for p in local.rglob("*") if p.suffix in _LOCAL_SUFFIXES)
         if not files:
@@ -62,10 +66,15 @@ def load_rows(path: str, *, cache_dir: Path | None = None, split: str = "train")
         return [row for f in files for row in _read_json_rows(f)]
     if local.is_absolute() or path.endswith(_LOCAL_SUFFIXES) or "://" in path:
         raise BadInput(f"dataset {path} does not exist on this machine")
+    return _hf_load(path, name, split, data_files, cache_dir)
+
+
+def _hf_load(path: str, name: str | None, split: str, data_files: list[str] | None, cache_dir: Path | None):
     import datasets
 
     try:
-        return datasets.load_dataset(path, split=split, cache_dir=str(cache_dir) if cache_dir else None)
+        return datasets.load_dataset(path, name, split=split, data_files=data_files,
+                                     cache_dir=str(cache_dir) if cache_dir else None)
     except Exception as e:  # the hub client raises many types; the user needs one line
         raise BadInput(f"cannot load dataset {path!r}: {e.__class__.__name__}: {e}") from e
 
@@ -84,6 +93,7 @@ def _chat_row(row: dict[str, Any], where: str, spec: Any = None) -> list[dict[st
     messages = row.get(field)
     if not isinstance(messages, list) or not messages:
         raise BadInput(f"{where}: a chat row needs a non-empty {field!r} list")
+    drop_system = bool(getattr(spec, "drop_system_message", False))
     out = []
     for m in messages:
         role, content = (m.get(keys["role"]), m.get(keys["content"])) if isinstance(m, dict) else (None, None)
@@ -91,7 +101,8 @@ def _chat_row(row: dict[str, Any], where: str, spec: Any = None) -> list[dict[st
             raise BadInput(f"{where}: every message needs string {keys['role']!r} and {keys['content']!r}")
         if role not in roles:
             raise BadInput(f"{where}: unknown role {role[:40]!r} (map it with roles: {{user: [{role[:40]}]}})")
-        out.append({"role": roles[role], "content": content})
+        if not (drop_system and roles[role] == "system"):
+            out.append({"role": roles[role], "content": content})
     return out
 
 
@@ -104,10 +115,10 @@ def _alpaca_row(row: dict[str, Any], where: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}, {"role": "assistant", "content": output}]
 
 
-def _completion_row(row: dict[str, Any], where: str) -> str:
-    text = row.get("text")
+def _completion_row(row: dict[str, Any], where: str, field: str = "text") -> str:
+    text = row.get(field)
     if not isinstance(text, str) or not text:
-        raise BadInput(f"{where}: a completion row needs a non-empty string 'text'")
+        raise BadInput(f"{where}: a completion row needs a non-empty string {field!r}")
     return text
 
 
@@ -131,16 +142,21 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None,
     conversations: list[list[dict[str, str]]] = []
     texts: list[str] = []
     for spec in specs:
-        for i, row in enumerate(load_rows(spec.path, cache_dir=cache_dir, split=getattr(spec, "split", "train"))):
+        rows = load_rows(spec.path, cache_dir=cache_dir, split=getattr(spec, "split", "train"),
+                         name=getattr(spec, "name", None), data_files=getattr(spec, "data_files", None))
+        for i, row in enumerate(rows):
             where = f"{spec.path}: row {i + 1}"
             if spec.type == "chat":
                 conversations.append(_chat_row(row, where, spec))
             elif spec.type == "alpaca":
                 conversations.append(_alpaca_row(row, where))
             else:
-                texts.append(_completion_row(row, where))
+                texts.append(_completion_row(row, where, getattr(spec, "field", "text")))
     if not conversations and not texts:
         raise BadInput("the recipe's datasets hold no rows")
+    if conversations and not getattr(tokenizer, "chat_template", None):
+        raise BadInput("the tokenizer of this base model has no chat template, needed for chat/alpaca data: set "
+                       "chat_template: chatml (or llama3, ..., or a Jinja template)")
     if not texts and not train_on_inputs:  # the prompt masked: TRL's completion-only loss
         rows = [_prompt_completion(c, f"conversation {i + 1}") for i, c in enumerate(conversations)]
         log("train_on_inputs: false: the loss covers each row's final assistant reply (the prompt is masked)")
@@ -149,7 +165,5 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None,
         log("train_on_inputs: false: completion data is trained on whole, so every row is (chat rows included)")
     if not texts:
         return Dataset.from_dict({"messages": conversations})
-    if conversations and not getattr(tokenizer, "chat_template", None):
-        raise BadInput("the tokenizer of this base model has no chat template, needed for chat/alpaca data")
     rendered = [tokenizer.apply_chat_template(c, tokenize=False) for c in conversations]
     return Dataset.from_dict({"text": rendered + texts})

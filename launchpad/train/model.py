@@ -138,6 +138,16 @@ def _set_special_tokens(tokenizer: Any, tokens: dict[str, str], log: Callable[[s
     return added
 
 
+def _set_chat_template(tokenizer: Any, value: str | None, log: Callable[[str], None]) -> None:
+    from .chat_templates import NAMED, resolve
+
+    template = resolve(value)
+    if template is None:
+        return
+    tokenizer.chat_template = template
+    log(f"chat template: {value}" if value in NAMED else "chat template: the recipe's own (Jinja)")
+
+
 def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log: Callable[[str], None] = print,
                 *, zero_stage: int = 0):
     """(model, tokenizer, peft_config or None) for the recipe's adapter, ready for SFTTrainer.
@@ -149,6 +159,7 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
         prec = Precision(**prec)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     added = _set_special_tokens(tokenizer, getattr(recipe, "special_tokens", None) or {}, log)
+    _set_chat_template(tokenizer, getattr(recipe, "chat_template", None), log)
     if tokenizer.pad_token is None:  # many base models ship without one; eos is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
     attn, why = choose_attention(prec, getattr(recipe, "flash_attention", "auto"))

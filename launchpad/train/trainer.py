@@ -141,6 +141,24 @@ def _eval_args(r: Any) -> dict[str, Any]:
             "per_device_eval_batch_size": r.micro_batch_size}
 
 
+def _save_steps(r: Any) -> float:
+    """checkpoint.every_steps, or a share of all steps (HF's rule for a float below 1) from checkpoint.per_epoch."""
+    per_epoch = getattr(r.checkpoint, "per_epoch", None)
+    if not per_epoch:
+        return r.checkpoint.every_steps
+    return min(1.0 / (per_epoch * (r.num_epochs or 1.0)), 0.999)  # 1.0 would read as "every step"
+
+
+def _padding_args(r: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if getattr(r, "pad_to_sequence_len", False):  # every batch padded to the full length: fixed shapes
+        out["pad_to_multiple_of"] = r.sequence_len
+    eval_packing = getattr(r, "eval_sample_packing", None)
+    if eval_packing is not None:
+        out["eval_packing"] = eval_packing
+    return out
+
+
 def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] | None = None,
                   optim: str = "adamw_torch", report: list[str] | None = None, evaluate: bool = False):
     import torch
@@ -156,6 +174,12 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
     if checkpointing:
         # Non-reentrant is the modern default; PEFT under ZeRO-3 needs the reentrant kind (HF forces it).
         reentrant = bool(ds_config) and zero_stage(ds_config) >= 3 and r.adapter != "full"
+        chosen = (getattr(r, "gradient_checkpointing_kwargs", None) or {}).get("use_reentrant")
+        if chosen is not None and chosen != reentrant:
+            if reentrant:  # HF would switch it back, with a warning of its own; say why once
+                log("gradient_checkpointing_kwargs: use_reentrant: true is kept: LoRA under ZeRO-3 needs it")
+            else:
+                reentrant = chosen
         ckpt[f"{name}_kwargs"] = {"use_reentrant": reentrant}
     on_cpu = not torch.cuda.is_available()
     return SFTConfig(
@@ -177,13 +201,14 @@ def training_args(spec: TrainJob, prec: Precision, *, ds_config: dict[str, Any] 
         max_steps=max_steps if max_steps is not None else -1,
         logging_steps=r.logging_steps,
         save_strategy="steps",
-        save_steps=r.checkpoint.every_steps,
+        save_steps=_save_steps(r),
         save_total_limit=r.checkpoint.keep,  # local scratch only; the store is pruned separately
         seed=r.seed,
         data_seed=r.seed,
         deepspeed=ds_config,
         max_length=r.sequence_len,
         packing=bool(getattr(r, "sample_packing", False)),
+        **_padding_args(r),
         report_to=report or "none",  # launchpad.train.reporting: TensorBoard, W&B, MLflow
         **({"run_name": r.wandb_name} if getattr(r, "wandb_name", None) else {}),
         disable_tqdm=True,

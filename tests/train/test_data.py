@@ -152,3 +152,61 @@ def test_bad_specs_name_the_field(tmp_path, over, field):
 
     with pytest.raises(BadInput, match=field):
         TrainJob.load(_spec(tmp_path, **over))
+
+
+def test_a_dataset_repository_by_configuration_name_and_files(tmp_path, tokenizer):
+    """A copy of a Hub dataset repository: `name` picks a configuration of its README, `data_files` its files
+    (datasets.load_dataset, as for a Hub id); `field` names completion's text column."""
+    from launchpad.train.data import build_dataset
+
+    repo = tmp_path / "corpus"
+    (repo / "en").mkdir(parents=True)
+    (repo / "fr").mkdir()
+    jsonl(repo / "en" / "a.jsonl", [{"body": "one"}, {"body": "two"}])
+    jsonl(repo / "en" / "b.jsonl", [{"body": "three"}])
+    jsonl(repo / "fr" / "a.jsonl", [{"body": "un"}])
+    (repo / "README.md").write_text("---\nconfigs:\n- config_name: en\n  data_files: en/*.jsonl\n"
+                                    "- config_name: fr\n  data_files: fr/*.jsonl\n---\n")
+    french = build_dataset([Dataset(path=str(repo), type="completion", name="fr", field="body")], tokenizer,
+                           cache_dir=tmp_path / "cache")
+    assert french["text"] == ["un"]
+    one_file = build_dataset([Dataset(path=str(repo), type="completion", data_files=["en/b.jsonl"], field="body")],
+                             tokenizer, cache_dir=tmp_path / "cache")
+    assert one_file["text"] == ["three"]
+    with pytest.raises(BadInput, match="a completion row needs a non-empty string 'text'"):
+        build_dataset([Dataset(path=str(repo), type="completion", name="en")], tokenizer, cache_dir=tmp_path / "cache")
+
+
+def test_drop_system_message_and_a_named_chat_template(tmp_path, tokenizer):
+    from launchpad.train.chat_templates import NAMED
+    from launchpad.train.data import build_dataset
+
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": "hello"}]}]
+    ds = build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", rows), type="chat", drop_system_message=True)],
+                       tokenizer)
+    assert [m["role"] for m in ds[0]["messages"]] == ["user", "assistant"]
+    for name, template in NAMED.items():  # each renders the prompt as a prefix of the conversation (TRL's masking)
+        tokenizer_copy = type(tokenizer).from_pretrained(_saved(tokenizer, tmp_path))
+        tokenizer_copy.chat_template = template
+        whole = tokenizer_copy.apply_chat_template(rows[0]["messages"], tokenize=False)
+        prompt = tokenizer_copy.apply_chat_template(rows[0]["messages"][:2], tokenize=False, add_generation_prompt=True)
+        assert whole.startswith(prompt) and whole.endswith(("<|im_end|>\n", "<|eot_id|>", "<|end|>\n", "<end_of_turn>\n")), name
+        assert "hello" in whole and "Be brief." in whole, name
+
+
+def _saved(tokenizer, tmp_path: Path) -> str:
+    folder = tmp_path / "tok"
+    if not folder.exists():
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_tokenizer_without_a_chat_template_names_the_fix(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    bare = type(tokenizer).from_pretrained(_saved(tokenizer, tmp_path))
+    bare.chat_template = None
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}]
+    with pytest.raises(BadInput, match="no chat template.*set chat_template: chatml"):
+        build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", rows), type="chat")], bare)
