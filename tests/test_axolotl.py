@@ -220,6 +220,7 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
               if line.startswith("step ") and " eval loss " not in line]
     assert len(losses) == 40 and sum(losses[-5:]) / 5 < losses[0] * 0.6, losses
     assert "sample packing: " in log and " sequences of up to 128 tokens" in log
+    assert "one packed sequence per batch row (sdpa attention" in log  # launchpad.train.packing
     assert "base model in 8-bit (bitsandbytes LLM.int8)" in log
     assert "evaluation: " in log and "rows held out" in log and "step 10/40 eval loss" in log
     assert "train_on_inputs: false: the loss covers each row's final assistant reply" in log  # Axolotl's default

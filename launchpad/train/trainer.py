@@ -294,6 +294,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
     if ref is None and ranks.is_node_main:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
+    from .packing import keep_rows
     from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to
 
     os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
@@ -336,6 +337,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     if args.packing and trainer.train_dataset is not None:
         log(f"sample packing: {len(dataset)} rows in {len(trainer.train_dataset)} sequences of up to "  # type: ignore[arg-type]
             f"{recipe.sequence_len} tokens (position ids restart at each row)")
+        keep_rows(trainer, getattr(getattr(trainer.model, "config", None), "_attn_implementation", None), log)
     assert trainer.model is not None  # SFTTrainer was given one
     params = list(trainer.model.parameters())
     trainable = sum(int(p.numel()) for p in params if p.requires_grad)
