@@ -210,10 +210,6 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         out["train_on_inputs"] = False
         notes.append("train_on_inputs: not set: false, as in Axolotl (the prompt is masked; the loss covers the final "
                      "assistant reply, where Axolotl's covers every assistant turn)")
-    if axolotl and isinstance(out.get("lora_target_modules"), str):
-        problems.append("lora_target_modules: a regular expression is not supported yet: list the module names "
-                        "(e.g. [q_proj, v_proj]) or set lora_target_linear: true")
-        del out["lora_target_modules"]
     if axolotl:
         _deepspeed(out, source, notes)
     _datasets(out, notes, problems, axolotl)

@@ -410,9 +410,11 @@ class Recipe(_Strict):
     lora_r: int = Field(8, ge=1, le=4096, description="LoRA rank.")
     lora_alpha: int = Field(16, ge=1, le=65536, description="LoRA scaling numerator (scale = lora_alpha / lora_r).")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA path.")
-    lora_target_modules: list[str] | None = Field(None, min_length=1, description=(
+    lora_target_modules: Annotated[list[str], Field(min_length=1)] | str | None = Field(None, description=(
         "Module names to adapt, e.g. ['q_proj', 'v_proj'], or ['all-linear'] (every linear layer but the output "
-        "head: Axolotl's lora_target_linear); leave out for the model's attention projections."))
+        "head: Axolotl's lora_target_linear), or one regular expression that PEFT matches against each module's "
+        "whole dotted name, e.g. 'model.layers.[0-9]+.self_attn.(q|v)_proj'; leave out for the model's "
+        "attention projections."))
     lora_modules_to_save: list[str] | None = Field(None, description=(
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
     flash_attention: bool | Literal["auto"] = Field("auto", description=(
@@ -477,6 +479,20 @@ class Recipe(_Strict):
             return value
         raise ValueError(f"unknown template {value[:40]!r}: use tokenizer_default, one of "
                          f"{', '.join(NAMED_TEMPLATES)}, or a Jinja template ({{% for message in messages %}}...)")
+
+    @field_validator("lora_target_modules")
+    @classmethod
+    def _targets(cls, value: list[str] | str | None) -> list[str] | str | None:
+        if not isinstance(value, str):
+            return value
+        if value.strip() in ("all-linear", "all_linear"):
+            return ["all-linear"]
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ValueError(f"{value!r} is not a regular expression ({e}): list the module names instead, "
+                             "e.g. [q_proj, v_proj]") from None
+        return value
 
     @model_validator(mode="after")
     def _steps_set(self) -> Recipe:

@@ -195,6 +195,24 @@ class MemoryEstimate:
         return lines
 
 
+# Where each LoRA target sits in a decoder layer, under the prefixes HF uses for text models and for the
+# language model of a multimodal one: a regular expression is matched against these whole names, as PEFT does.
+_MODULE_PARENT = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+                  "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+_LAYER_PREFIXES = ("model.layers.0", "model.language_model.layers.0", "language_model.model.layers.0",
+                   "transformer.h.0", "model.decoder.layers.0")
+
+
+def targets_of_pattern(pattern: str) -> tuple[str, ...]:
+    """The LoRA target names (q_proj, ..., down_proj) whose module a `lora_target_modules` regular expression
+    selects: PEFT adapts a module when the expression matches its whole dotted name."""
+    import re
+
+    rx = re.compile(pattern)
+    return tuple(name for name, parent in _MODULE_PARENT.items()
+                 if any(rx.fullmatch(f"{prefix}.{parent}.{name}") for prefix in _LAYER_PREFIXES))
+
+
 def lora_trainable_params(shape: ModelShape, r: int, targets: tuple[str, ...] | None,
                           modules_to_save: tuple[str, ...] = ()) -> int:
     dims = shape.module_dims()
@@ -396,11 +414,13 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
     base_dir = Path(src).parent if src else None
     stage, off_opt, off_par = read_deepspeed(recipe.deepspeed, base_dir)
     targets = recipe.lora_target_modules
+    if isinstance(targets, str):
+        targets = targets_of_pattern(targets)
     return TrainSetup(
         adapter=recipe.adapter, sequence_len=recipe.sequence_len, micro_batch_size=recipe.micro_batch_size,
         # QLoRA always checkpoints (the trainer turns it on, as Axolotl does)
         gradient_checkpointing=bool(recipe.gradient_checkpointing or recipe.adapter == "qlora"), lora_r=recipe.lora_r,
-        lora_target_modules=tuple(targets) if targets else None,
+        lora_target_modules=tuple(targets) if targets is not None else None,
         lora_modules_to_save=tuple(recipe.lora_modules_to_save or ()),
         lora_dropout=float(getattr(recipe, "lora_dropout", 0.05)),
         optimizer=getattr(recipe, "optimizer", None), zero_stage=stage, deepspeed=bool(recipe.deepspeed),

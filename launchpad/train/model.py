@@ -198,9 +198,19 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     if recipe.adapter in ("lora", "qlora"):
         from peft import LoraConfig
 
-        targets: Any = recipe.lora_target_modules
+        targets: Any = recipe.lora_target_modules  # a str is a regular expression: PEFT full-matches module names
         if targets == ["all-linear"]:
             targets = "all-linear"  # PEFT's name: every nn.Linear but the output head
+        elif isinstance(targets, str):
+            import re
+
+            rx = re.compile(targets)
+            chosen = [name for name, _ in model.named_modules() if rx.fullmatch(name)]
+            if not chosen:
+                example = next((n for n, m in model.named_modules() if type(m).__name__ == "Linear"), "?")
+                raise BadInput(f"lora_target_modules: {targets!r} matches no module of {recipe.base_model} (PEFT "
+                               f"matches the whole dotted name, e.g. {example!r}): fix the expression or list the names")
+            log(f"lora_target_modules: {targets!r} selects {len(chosen)} modules, e.g. {chosen[0]}")
         elif targets is None:
             names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
             targets = [p for p in ATTENTION_PROJECTIONS if p in names] or None  # None: PEFT's per-model default
