@@ -179,7 +179,7 @@ def format_errors(error: ValidationError, root: type[BaseModel], overridden: typ
     the file's top-level keys (never suggested for another key: the file already sets them)."""
     lines: list[str] = []
     overridden = list(overridden)
-    for err in error.errors(include_url=False):
+    for err in _one_union_branch(error.errors(include_url=False)):
         loc = list(err["loc"])
         is_key = bool(loc) and loc[-1] == "[key]"
         if is_key:  # a bad key in a dict field (env): name the key, not the value
@@ -196,6 +196,37 @@ def format_errors(error: ValidationError, root: type[BaseModel], overridden: typ
         if line not in lines:
             lines.append(line)
     return lines
+
+
+_BRANCH = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\])$")  # pydantic's name of a union member in a loc
+
+
+def _one_union_branch(errors: list[Any]) -> list[Any]:
+    """A value that fits no member of a union (`list[str] | str`) gets an error per member; keep the member
+    of the value's own shape (the one with errors inside the value: [1, 2] is a list of wrong items, not a
+    wrong string), or the first, and leave the member's name out of the location."""
+    def branch_at(err) -> int | None:
+        return next((i for i, part in enumerate(err["loc"]) if isinstance(part, str) and _BRANCH.match(part)), None)
+
+    deep: dict[tuple, set[str]] = {}
+    first: dict[tuple, str] = {}
+    for err in errors:
+        i = branch_at(err)
+        if i is not None:
+            key = tuple(err["loc"][:i])
+            first.setdefault(key, err["loc"][i])
+            if len(err["loc"]) > i + 1:
+                deep.setdefault(key, set()).add(err["loc"][i])
+    out = []
+    for err in errors:
+        i = branch_at(err)
+        if i is None:
+            out.append(err)
+            continue
+        key, member = tuple(err["loc"][:i]), err["loc"][i]
+        if member in deep.get(key, {first[key]}):
+            out.append({**err, "loc": (*err["loc"][:i], *err["loc"][i + 1:])})
+    return out
 
 
 def _split_key(key: str) -> list[str | int] | None:

@@ -98,7 +98,7 @@ _DEEPSPEED = (("cpuoffload", "zero3-offload"), ("offload", "zero3-offload"), ("z
 _DATASET_TYPES = {"chat_template": "chat", "chat_template.default": "chat", "sharegpt": "chat", "alpaca": "alpaca",
                   "completion": "completion", "chat": "chat"}
 _DATASET_KEYS = {"path", "type", "split", "field_messages", "message_property_mappings", "roles", "name", "data_files",
-                 "field", "drop_system_message"}
+                 "field", "drop_system_message", "roles_to_train", "train_on_eos"}
 
 
 def _empty(value: Any) -> bool:
@@ -208,8 +208,8 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
         notes.append("gradient_checkpointing: offload: true (recomputed, not offloaded to the CPU)")
     if "train_on_inputs" not in data and axolotl:
         out["train_on_inputs"] = False
-        notes.append("train_on_inputs: not set: false, as in Axolotl (the prompt is masked; the loss covers the final "
-                     "assistant reply, where Axolotl's covers every assistant turn)")
+        notes.append("train_on_inputs: not set: false, as in Axolotl (the loss covers every assistant turn and its "
+                     "end-of-turn marker; the rest is masked)")
     if axolotl:
         _deepspeed(out, source, notes)
     _datasets(out, notes, problems, axolotl)
@@ -352,10 +352,10 @@ TRANSLATED = (
     ("`adam_eps`", "`adam_epsilon`"),
     ("datasets `type: chat_template`, `chat_template.default`, `sharegpt`", "`type: chat` (with `field_messages`, "
      "`message_property_mappings`, `roles`, `drop_system_message`; ShareGPT's human/gpt understood)"),
-    ("dataset `name`, `data_files`, `field`", "the same (a Hub dataset's configuration and files; completion's "
-     "text column)"),
+    ("dataset `name`, `data_files`, `field`, `roles_to_train`, `train_on_eos`", "the same (a Hub dataset's "
+     "configuration and files; completion's text column; the roles and end-of-turn markers in the loss)"),
     ("no `name`", "`name` from the file's folder and name"),
-    ("no `train_on_inputs`", "`train_on_inputs: false` (Axolotl's default: the prompt is masked)"),
+    ("no `train_on_inputs`", "`train_on_inputs: false` (Axolotl's default: every assistant turn trained, the rest masked)"),
     ("a key set to nothing", "unset"),
 )
 

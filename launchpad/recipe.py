@@ -280,6 +280,12 @@ class Dataset(_Strict):
         "chat: the role names of the data for each standard role, e.g. {user: [human], assistant: [gpt]} "
         "(these two are understood without it; Axolotl's key)."))
     drop_system_message: bool = Field(False, description="chat: leave out system messages (Axolotl's key).")
+    roles_to_train: list[Literal["system", "user", "assistant", "tool"]] | None = Field(None, min_length=1, description=(
+        "chat/alpaca with train_on_inputs: false: the roles whose turns are in the loss (Axolotl's key; "
+        "default [assistant])."))
+    train_on_eos: Literal["turn", "last", "all", "none"] | None = Field(None, description=(
+        "chat/alpaca with train_on_inputs: false: which end-of-turn markers are in the loss (Axolotl's key): "
+        "turn (default: each trained turn's), last (the last trained turn's), all (every turn's), none."))
     field: str = Field("text", min_length=1, max_length=64, description=(
         "completion: the column holding the text (Axolotl's key)."))
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description=(
@@ -438,8 +444,8 @@ class Recipe(_Strict):
         "The chat template applied to chat/alpaca data: tokenizer_default (the tokenizer's own, the default), "
         "one of " + ", ".join(NAMED_TEMPLATES) + " (Axolotl's names), or a Jinja template itself."))
     train_on_inputs: bool = Field(True, description=(
-        "true: the loss covers every token; false: only the final assistant reply of each chat/alpaca row (the "
-        "prompt is masked; Axolotl's default, which masks every non-assistant turn)."))
+        "true: the loss covers every token; false: every assistant turn of each chat/alpaca row and its "
+        "end-of-turn marker, the rest masked (Axolotl's default; per dataset: roles_to_train, train_on_eos)."))
     val_set_size: float = Field(0, ge=0, le=10**9, description=(
         "Rows held out for evaluation: a share below 1 (0.05 = 5%) or a number of rows (Axolotl's key); 0 = none."))
     eval_steps: int | None = Field(None, ge=1, le=10**9, description=(

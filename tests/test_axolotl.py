@@ -223,7 +223,7 @@ def test_an_axolotl_style_file_trains_on_local(run_cli, tmp_path):
     assert "one packed sequence per batch row (sdpa attention" in log  # launchpad.train.packing
     assert "base model in 8-bit (bitsandbytes LLM.int8)" in log
     assert "evaluation: " in log and "rows held out" in log and "step 10/40 eval loss" in log
-    assert "train_on_inputs: false: the loss covers each row's final assistant reply" in log  # Axolotl's default
+    assert "train_on_inputs: false: the loss covers every assistant turn and its end-of-turn marker" in log  # Axolotl's
     assert "chat template: chatml" in log
     assert "uploaded checkpoint-20 " in log and "uploaded checkpoint-40 " in log  # 2 saves in the (one) epoch
     detail = json.loads(run_cli("status", job["id"], "--json", check=True).stdout)[0]

@@ -8,8 +8,9 @@ Types (Axolotl's names):
 A path is a local .jsonl/.json file or folder of them (already absolute in the job spec), or a Hugging
 Face dataset id loaded with `datasets.load_dataset` (its "train" split). Object-store URIs are pre-warmed
 to local disk by the agent (issue 3) before the trainer starts. When every dataset is conversational the
-result has a `messages` column (TRL applies the chat template and may mask prompts later); otherwise
-every row is rendered to a `text` column.
+result has a `messages` column (TRL applies the chat template); otherwise every row is rendered to a
+`text` column. With train_on_inputs: false the rows are tokenized here, each turn masked the way Axolotl
+masks it (launchpad.train.masking).
 """
 
 from __future__ import annotations
@@ -139,17 +140,20 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None,
     """
     from datasets import Dataset
 
-    conversations: list[list[dict[str, str]]] = []
+    from .masking import TurnRule
+
+    conversations: list[tuple[list[dict[str, str]], TurnRule]] = []
     texts: list[str] = []
     for spec in specs:
         rows = load_rows(spec.path, cache_dir=cache_dir, split=getattr(spec, "split", "train"),
                          name=getattr(spec, "name", None), data_files=getattr(spec, "data_files", None))
+        rule = TurnRule.of(spec)
         for i, row in enumerate(rows):
             where = f"{spec.path}: row {i + 1}"
             if spec.type == "chat":
-                conversations.append(_chat_row(row, where, spec))
+                conversations.append((_chat_row(row, where, spec), rule))
             elif spec.type == "alpaca":
-                conversations.append(_alpaca_row(row, where))
+                conversations.append((_alpaca_row(row, where), rule))
             else:
                 texts.append(_completion_row(row, where, getattr(spec, "field", "text")))
     if not conversations and not texts:
@@ -157,13 +161,48 @@ def build_dataset(specs: list[Any], tokenizer, *, cache_dir: Path | None = None,
     if conversations and not getattr(tokenizer, "chat_template", None):
         raise BadInput("the tokenizer of this base model has no chat template, needed for chat/alpaca data: set "
                        "chat_template: chatml (or llama3, ..., or a Jinja template)")
+    if conversations and not train_on_inputs:
+        masked = _masked_turns(conversations, texts, tokenizer, log)
+        if masked is not None:
+            return masked
+    chats = [c for c, _ in conversations]
     if not texts and not train_on_inputs:  # the prompt masked: TRL's completion-only loss
-        rows = [_prompt_completion(c, f"conversation {i + 1}") for i, c in enumerate(conversations)]
+        rows = [_prompt_completion(c, f"conversation {i + 1}") for i, c in enumerate(chats)]
         log("train_on_inputs: false: the loss covers each row's final assistant reply (the prompt is masked)")
         return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "completion": [r["completion"] for r in rows]})
     if not train_on_inputs:
         log("train_on_inputs: false: completion data is trained on whole, so every row is (chat rows included)")
     if not texts:
-        return Dataset.from_dict({"messages": conversations})
-    rendered = [tokenizer.apply_chat_template(c, tokenize=False) for c in conversations]
+        return Dataset.from_dict({"messages": chats})
+    rendered = [tokenizer.apply_chat_template(c, tokenize=False) for c in chats]
     return Dataset.from_dict({"text": rendered + texts})
+
+
+def _masked_turns(conversations, texts: list[str], tokenizer, log: Any):
+    """Tokenized rows with Axolotl's per-turn loss mask (launchpad.train.masking), or None where it cannot
+    be made (a slow tokenizer has no offsets; a template that renders a conversation's start differently):
+    then the final reply alone is trained."""
+    from datasets import Dataset
+
+    from .masking import NotAPrefix, describe, tokenize_turns
+
+    if not getattr(tokenizer, "is_fast", False):
+        log("train_on_inputs: false: this tokenizer has no character offsets (not a fast tokenizer): the loss "
+            "covers each row's final assistant reply")
+        return None
+    try:
+        columns = tokenize_turns(tokenizer, conversations, texts)
+    except NotAPrefix:
+        log("train_on_inputs: false: this chat template renders a conversation's start unlike the whole, so turns "
+            "cannot be told apart: the loss covers each row's final assistant reply")
+        return None
+    keep = [i for i, m in enumerate(columns["assistant_masks"]) if any(m)]
+    if not keep:
+        raise BadInput("no row has a turn to train on (train_on_inputs: false masks every other turn; check "
+                       "roles_to_train and the data's roles)")
+    if len(keep) < len(columns["input_ids"]):
+        log(f"train_on_inputs: false: {len(columns['input_ids']) - len(keep)} rows have no turn to train on: left out")
+        columns = {k: [v[i] for i in keep] for k, v in columns.items()}
+    extra = " (completion rows whole)" if texts else ""
+    log(f"train_on_inputs: false: the loss covers {describe(r for _, r in conversations)}{extra}")
+    return Dataset.from_dict(columns)

@@ -210,3 +210,87 @@ def test_a_tokenizer_without_a_chat_template_names_the_fix(tmp_path, tokenizer):
     rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}]
     with pytest.raises(BadInput, match="no chat template.*set chat_template: chatml"):
         build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", rows), type="chat")], bare)
+
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"},
+        {"role": "assistant", "content": "hello"}, {"role": "user", "content": "and now"},
+        {"role": "assistant", "content": "bye"}]
+MARKERS = {"chatml": "<|im_end|>", "qwen_25": "<|im_end|>", "llama3": "<|eot_id|>", "phi_3": "<|end|>",
+           "gemma": "<end_of_turn>", None: "<|end|>"}  # None: the tiny model's own template
+
+
+def _trained_runs(tokenizer, row) -> list[str]:
+    """The text of each run of consecutive tokens in the loss."""
+    runs, run = [], []
+    for token, m in zip(row["input_ids"], row["assistant_masks"], strict=True):
+        if m:
+            run.append(token)
+        elif run:
+            runs.append(tokenizer.decode(run))
+            run = []
+    return runs + ([tokenizer.decode(run)] if run else [])
+
+
+def _masked(tmp_path, tokenizer, rows, lines=None, template=None, **spec):
+    from launchpad.train.data import build_dataset
+
+    tok = type(tokenizer).from_pretrained(_saved(tokenizer, tmp_path))
+    if template:
+        from launchpad.train.chat_templates import NAMED
+
+        tok.chat_template = NAMED.get(template, template)
+    ds = build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", rows), type="chat", **spec)], tok,
+                       train_on_inputs=False, log=(lines if lines is not None else []).append)
+    return tok, ds
+
+
+@pytest.mark.parametrize("template", list(MARKERS))
+def test_every_assistant_turn_is_trained_with_its_end_marker(tmp_path, tokenizer, template):
+    lines: list[str] = []
+    tok, ds = _masked(tmp_path, tokenizer, [{"messages": CHAT}], lines, template)
+    assert ds.column_names == ["input_ids", "assistant_masks"]
+    marker = MARKERS[template]
+    assert _trained_runs(tok, ds[0]) == [f"hello{marker}", f"bye{marker}"]
+    assert tok.decode(ds[0]["input_ids"]) == tok.apply_chat_template(CHAT, tokenize=False)  # the same text TRL renders
+    assert "train_on_inputs: false: the loss covers every assistant turn and its end-of-turn marker" in lines[-1]
+
+
+@pytest.mark.parametrize(("spec", "runs"), [
+    ({"roles_to_train": ["user", "assistant"], "train_on_eos": "none"}, ["hi there", "hello", "and now", "bye"]),
+    ({"train_on_eos": "all"}, ["<|im_end|>", "<|im_end|>", "hello<|im_end|>", "<|im_end|>", "bye<|im_end|>"]),
+    ({"train_on_eos": "last"}, ["hello", "bye<|im_end|>"]),
+    ({"roles_to_train": ["user"]}, ["hi there<|im_end|>", "and now<|im_end|>"]),
+])
+def test_roles_to_train_and_train_on_eos(tmp_path, tokenizer, spec, runs):
+    tok, ds = _masked(tmp_path, tokenizer, [{"messages": CHAT}], template="chatml", **spec)
+    assert _trained_runs(tok, ds[0]) == runs
+
+
+def test_completion_rows_are_trained_whole_beside_masked_chats(tmp_path, tokenizer):
+    from launchpad.train.data import build_dataset
+
+    text = jsonl(tmp_path / "t.jsonl", [{"text": "plain text"}])
+    lines: list[str] = []
+    ds = build_dataset([Dataset(path=jsonl(tmp_path / "c.jsonl", [{"messages": CHAT}]), type="chat"),
+                        Dataset(path=text, type="completion")], tokenizer, train_on_inputs=False, log=lines.append)
+    assert _trained_runs(tokenizer, ds[0]) == ["hello<|end|>", "bye<|end|>"]
+    plain = ds[1]
+    assert all(plain["assistant_masks"]) and plain["input_ids"][-1] == tokenizer.eos_token_id  # EOS appended, as TRL does
+    assert tokenizer.decode(plain["input_ids"][:-1]) == "plain text" and "(completion rows whole)" in lines[-1]
+
+
+def test_rows_with_nothing_to_train_are_left_out_and_none_at_all_is_an_error(tmp_path, tokenizer):
+    lines: list[str] = []
+    only_user = {"messages": [{"role": "user", "content": "hi"}]}
+    _, ds = _masked(tmp_path, tokenizer, [{"messages": CHAT}, only_user], lines)
+    assert len(ds) == 1 and any("1 rows have no turn to train on: left out" in line for line in lines)
+    with pytest.raises(BadInput, match="no row has a turn to train on .*roles_to_train"):
+        _masked(tmp_path, tokenizer, [only_user])
+
+
+def test_a_template_that_is_not_prefix_stable_falls_back_to_the_final_reply(tmp_path, tokenizer):
+    counting = "{{ messages | length }}{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}"
+    lines: list[str] = []
+    _, ds = _masked(tmp_path, tokenizer, [{"messages": CHAT}], lines, counting)
+    assert ds.column_names == ["prompt", "completion"] and ds[0]["completion"] == [CHAT[-1]]
+    assert any("renders a conversation's start unlike the whole" in line for line in lines)
