@@ -1,6 +1,14 @@
-"""Sample packing against padding, on short chat samples: non-padding tokens per second of `launchpad up`.
+"""Sample packing against padding, on short chat samples: non-padding tokens per second of `launchpad up`;
+with --vs-hand, `launchpad up` against the same job as a hand-written TRL script.
 
     python benchmarks/trainer_throughput.py [--rounds 3] [--steps 30] [--rows 2000]
+    python benchmarks/trainer_throughput.py --vs-hand [--rounds 5] [--steps 30]
+
+--vs-hand: recipes/smoke-lora.yaml through `launchpad up` on `local` (CLI, agent, trainer, checkpoint
+uploads) and benchmarks/hand_trl.py (the same model, data and TrainingArguments in a plain SFTTrainer
+script), interleaved. The figure is launchpad / hand tokens per second of training (`trainer.train()`'s
+time: launchpad's "finished at step" line, the script's own clock; goal >= 0.98x), and the two loss
+curves must be the same run (the largest step-wise difference is printed).
 
 Each round runs the same recipe twice on the embedded `local` provider (the real CLI, agent and trainer,
 the tiny random Llama), once with `sample_packing: false` (the baseline: each micro-batch padded to its
@@ -70,12 +78,71 @@ def run(home: Path, data: Path, packing: bool, steps: int) -> tuple[float, float
     return state["num_input_tokens_seen"] / seconds, statistics.fmean(losses[-5:])
 
 
+def launchpad_smoke(home: Path, steps: int) -> tuple[float, list[float], str]:
+    """(tokens/s, losses, optimizer) of recipes/smoke-lora.yaml through `launchpad up`."""
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    recipe.update(max_steps=steps, autostop={"idle_minutes": 5})
+    recipe["datasets"] = [{"path": str(REPO / "recipes" / "data" / "smoke-chat.jsonl"), "type": "chat"}]
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "smoke-lora.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "launchpad", "up", str(path), "--json"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"launchpad up failed:\n{proc.stderr[-3000:]}")
+    job = json.loads(proc.stdout)
+    state = json.loads((home / "checkpoints" / job["id"] / f"checkpoint-{steps}" / "trainer_state.json").read_text())
+    logs = subprocess.run([sys.executable, "-m", "launchpad", "logs", job["id"]], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120).stdout
+    line = next(x for x in logs.splitlines() if x.startswith("finished at step"))
+    seconds = float(line.split(" steps in ")[1].split("s")[0])
+    trained = next(x for x in logs.splitlines() if x.startswith("training ") and "optimizer " in x)
+    optim = trained.split("optimizer ")[1].split(")")[0]  # "training N of M parameters (float32, optimizer X); ..."
+    return state["num_input_tokens_seen"] / seconds, [h["loss"] for h in state["log_history"] if "loss" in h], optim
+
+
+def hand_smoke(root: Path, model: Path, steps: int, optim: str) -> tuple[float, list[float]]:
+    out = root / "hand.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "hand_trl.py"), "--model", str(model), "--data",
+                    str(REPO / "recipes" / "data" / "smoke-chat.jsonl"), "--steps", str(steps), "--optim", optim,
+                    "--out", str(out), "--workdir", str(root)], check=True, capture_output=True, timeout=1800,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = json.loads(out.read_text())
+    return r["tokens"] / r["seconds"], r["losses"]
+
+
+def vs_hand(rounds: int, steps: int) -> None:
+    sys.path.insert(0, str(REPO))
+    from launchpad.train.tiny import ensure_tiny_llama
+
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model = ensure_tiny_llama(root / "model")
+        for i in range(rounds):
+            lp, lp_losses, optim = launchpad_smoke(root / f"lp-{i}", steps)
+            hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim)
+            ratios.append(lp / hand)
+            if len(lp_losses) != len(hand_losses):
+                raise SystemExit(f"not the same run: {len(lp_losses)} logged steps against {len(hand_losses)}")
+            gap = max(abs(a - b) for a, b in zip(lp_losses, hand_losses, strict=True))
+            print(f"round {i + 1}: launchpad up {lp:,.0f} tok/s, hand-written TRL {hand:,.0f} tok/s: {ratios[-1]:.3f}x "
+                  f"(optimizer {optim}; largest loss difference over {len(lp_losses)} steps {gap:.2g})")
+    print(f"launchpad up / hand-written SFTTrainer, tokens/s of training: {statistics.median(ratios):.3f}x "
+          f"(median of {len(ratios)}; goal >= 0.98x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--vs-hand", action="store_true", help="launchpad up against a hand-written TRL script")
     args = ap.parse_args()
+    if args.vs_hand:
+        vs_hand(args.rounds, args.steps)
+        return
     ratios, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
