@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def main() -> None:
     ap.add_argument("--optim", default="adamw_torch")
     ap.add_argument("--out", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--report-to", default="none", help="none, or tensorboard: the event files launchpad writes too")
     args = ap.parse_args()
 
     import torch
@@ -33,6 +35,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import SFTConfig, SFTTrainer
 
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(args.workdir) / "runs")  # transformers 5's logging_dir
     set_seed(42)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa", dtype=torch.float32)
@@ -46,7 +49,8 @@ def main() -> None:
         per_device_train_batch_size=8, gradient_accumulation_steps=1, learning_rate=0.005, lr_scheduler_type="cosine",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, optim=args.optim, max_steps=args.steps, logging_steps=1,
         save_strategy="steps", save_steps=25, save_total_limit=2, seed=42, data_seed=42, max_length=128,
-        packing=False, report_to="none", disable_tqdm=True, include_num_input_tokens_seen="non_padding",
+        packing=False, report_to=args.report_to, disable_tqdm=True,
+        include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(),
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=lora)

@@ -102,17 +102,17 @@ def launchpad_smoke(home: Path, steps: int) -> tuple[float, list[float], str]:
     return state["num_input_tokens_seen"] / seconds, [h["loss"] for h in state["log_history"] if "loss" in h], optim
 
 
-def hand_smoke(root: Path, model: Path, steps: int, optim: str) -> tuple[float, list[float]]:
+def hand_smoke(root: Path, model: Path, steps: int, optim: str, report_to: str = "none") -> tuple[float, list[float]]:
     out = root / "hand.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "hand_trl.py"), "--model", str(model), "--data",
                     str(REPO / "recipes" / "data" / "smoke-chat.jsonl"), "--steps", str(steps), "--optim", optim,
-                    "--out", str(out), "--workdir", str(root)], check=True, capture_output=True, timeout=1800,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                    "--out", str(out), "--workdir", str(root), "--report-to", report_to],
+                   check=True, capture_output=True, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     r = json.loads(out.read_text())
     return r["tokens"] / r["seconds"], r["losses"]
 
 
-def vs_hand(rounds: int, steps: int) -> None:
+def vs_hand(rounds: int, steps: int, report_to: str = "none") -> None:
     sys.path.insert(0, str(REPO))
     from launchpad.train.tiny import ensure_tiny_llama
 
@@ -122,7 +122,7 @@ def vs_hand(rounds: int, steps: int) -> None:
         model = ensure_tiny_llama(root / "model")
         for i in range(rounds):
             lp, lp_losses, optim = launchpad_smoke(root / f"lp-{i}", steps)
-            hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim)
+            hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim, report_to)
             ratios.append(lp / hand)
             if len(lp_losses) != len(hand_losses):
                 raise SystemExit(f"not the same run: {len(lp_losses)} logged steps against {len(hand_losses)}")
@@ -139,9 +139,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--vs-hand", action="store_true", help="launchpad up against a hand-written TRL script")
+    ap.add_argument("--hand-report-to", default="none", choices=["none", "tensorboard"],
+                    help="--vs-hand: the script's report_to (launchpad always writes TensorBoard event files)")
     args = ap.parse_args()
     if args.vs_hand:
-        vs_hand(args.rounds, args.steps)
+        vs_hand(args.rounds, args.steps, args.hand_report_to)
         return
     ratios, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:

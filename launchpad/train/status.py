@@ -10,7 +10,10 @@ Keys (read by `launchpad.models.JobProgress.from_status`):
 
 Every write replaces the file atomically (temp file + os.replace), so a reader never sees half a
 document. A heartbeat thread rewrites it every `interval` seconds so a reader can tell a live trainer
-from a dead one even while one step takes long.
+from a dead one even while one step takes long. A logged loss is written at most every `loss_gap`
+seconds (the heartbeat thread writes the newest one within that time): one write per step was ~3% of
+a small model's training time, a document of up to MAX_LOSSES pairs serialised dozens of times a
+second for readers that poll once a second. Everything else (phase, checkpoint, error) is written at once.
 
 A full disk (ENOSPC, or a quota: EDQUOT) never raises out of a status write: the document stays in
 memory, `write_error` says why it is not on disk, and the next write tries again. The helpers at the
@@ -42,9 +45,12 @@ DISK_FULL_PREFIX = "disk full:"
 class StatusWriter:
     """Thread-safe owner of one status.json. Use `update(**fields)`; `start()`/`stop()` the heartbeat."""
 
-    def __init__(self, path: Path, job_id: str, *, interval: float = 5.0):
+    def __init__(self, path: Path, job_id: str, *, interval: float = 5.0, loss_gap: float = 0.5):
         self.path = Path(path)
         self.interval = interval
+        self.loss_gap = loss_gap
+        self._written_at = float("-inf")  # time.monotonic() of the last write
+        self._dirty = False  # a logged loss waits in memory for the next write
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,7 +109,16 @@ class StatusWriter:
             losses.append([int(step), float(loss)])
             del losses[:-MAX_LOSSES]
             self._doc.update(step=int(step), loss=float(loss), **fields)
-            self._write_locked()
+            if time.monotonic() - self._written_at >= self.loss_gap:
+                self._write_locked()
+            else:
+                self._dirty = True  # the heartbeat thread (or the next update) writes it
+
+    def flush(self) -> None:
+        """Write the document now if a logged loss is waiting."""
+        with self._lock:
+            if self._dirty:
+                self._write_locked()
 
     def add_eval_loss(self, step: int, loss: float) -> None:
         """Record one evaluation's loss (the newest MAX_LOSSES kept) and write."""
@@ -117,6 +132,7 @@ class StatusWriter:
 
     def _write_locked(self) -> None:
         self._doc["heartbeat"] = time.time()
+        self._written_at, self._dirty = time.monotonic(), False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(self.path, self._doc)
@@ -137,11 +153,17 @@ class StatusWriter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 1)
+        try:
+            self.flush()
+        except OSError:
+            pass
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(min(self.interval, self.loss_gap)):
             try:
-                self.update()
+                with self._lock:
+                    if self._dirty or time.monotonic() - self._written_at >= self.interval:
+                        self._write_locked()
             except OSError:  # a full disk must not kill training; the next beat tries again
                 pass
 

@@ -359,7 +359,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         mirror.sync()  # the last events (the integration closed its writer at the end of training)
     steps = trainer.state.global_step - (ref.step if ref else 0)
     took = time.monotonic() - t1
-    log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.1f}s ({steps / max(took, 1e-9):.1f} steps/s)")
+    log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.2f}s ({steps / max(took, 1e-9):.1f} steps/s)")
     _log_peak_memory()
     return trainer.state.global_step
 

@@ -74,3 +74,22 @@ def test_heartbeat_thread_rewrites_the_file(tmp_path):
     finally:
         s.stop()
     assert read(path)["pid"] > 0
+
+
+def test_losses_logged_faster_than_the_gap_reach_the_file_within_it(tmp_path):
+    path = tmp_path / "s.json"
+    s = StatusWriter(path, "j", interval=30, loss_gap=0.3).start()
+    try:
+        for step in range(1, 101):  # far faster than one write per 0.3 s
+            s.add_loss(step, 1.0 / step)
+        on_disk = read(path)["losses"]
+        assert len(on_disk) < 100  # not rewritten for every step
+        deadline = time.monotonic() + 5
+        while len(read(path)["losses"]) < 100:  # the heartbeat thread writes the newest within the gap
+            assert time.monotonic() < deadline, "the last losses never reached the file"
+            time.sleep(0.05)
+        s.add_loss(101, 0.01)
+    finally:
+        s.stop()  # writes what still waits
+    doc = read(path)
+    assert doc["step"] == 101 and doc["losses"][-1] == [101, 0.01] and len(doc["losses"]) == 101
