@@ -72,8 +72,6 @@ REFUSED = {
     "pretraining_dataset": "use a completion dataset instead: datasets: [{path: ..., type: completion}]",
     "lora_model_dir": "starting from an existing adapter is not supported (launchpad resumes its own checkpoints: "
                       "`launchpad resume JOB`)",
-    "resume_from_checkpoint": "launchpad resumes from the newest complete checkpoint in its store: `launchpad resume "
-                              "JOB` (or `--from s3://...`), not from a local folder",
     "trust_remote_code": "models with remote code are not loaded (no code from the Hub runs on your instance)",
     "batch_size": "set micro_batch_size and gradient_accumulation_steps instead (batch = their product x GPUs)",
     "unfrozen_parameters": "training a subset of the weights is not supported: use adapter: lora, or a full "
@@ -189,6 +187,9 @@ def translate(data: dict[str, Any], source: Path, known: set[str]) -> tuple[dict
             move(key, "checkpoint.per_epoch", value)
         elif key == "save_total_limit":
             move(key, "checkpoint.keep", value)
+        elif key == "resume_from_checkpoint":
+            move(key, "checkpoint.resume_from", value, "the first attempt starts from this Trainer checkpoint, with its "
+                 "optimizer and step, read relative to this file's folder; later resumes use launchpad's own checkpoints")
         elif key == "output_dir":
             notes.append(f"output_dir: {value!r}: checkpoints go to the store (checkpoint.uri, the provider's by "
                          "default), complete or not at all")
@@ -346,6 +347,8 @@ TRANSLATED = (
     ("`chat_template:` a model family's name (`gemma3`, `llama4`, `qwen3`, ...) on that family's model",
      "the tokenizer's own (the same template)"),
     ("`output_dir`", "dropped: checkpoints go to `checkpoint.uri` (the provider's store by default)"),
+    ("`resume_from_checkpoint: ./out/checkpoint-N`", "`checkpoint.resume_from:` the first attempt starts from that "
+     "Trainer checkpoint (weights, optimizer, step); later resumes from launchpad's own"),
     ("`deepspeed: deepspeed_configs/zero*.json` (not beside the file)", "the preset of its stage: `zero2`, `zero3`, "
      "`zero3-offload` (ZeRO-1 -> `zero2`)"),
     ("`gradient_checkpointing: offload`", "`gradient_checkpointing: true`"),

@@ -195,6 +195,25 @@ def _check_checkpoint_uri(value: str | None, info: ValidationInfo) -> str | None
     return Path(resolved).as_uri() if os.path.isabs(resolved) else value
 
 
+def _check_resume_from(value: str | None, info: ValidationInfo) -> str | None:
+    if value is None:
+        return None
+    value = _no_control_chars(value)
+    base_dir, check = _context(info)
+    m = _URI.match(value)
+    if m and m.group(1).lower() == "file":
+        value = m.group(2)
+    elif m:
+        raise ValueError("must be a local checkpoint folder: to continue a launchpad job from its store, use "
+                         "`launchpad resume JOB` (or `launchpad resume --from URI`)")
+    path = _existing(_local_path(value, base_dir), check, what="checkpoint folder")
+    if check:
+        from .resume_from import inspect
+
+        inspect(path)  # ValueError: not a Trainer checkpoint, with the fix
+    return path
+
+
 def _check_name(value: Any) -> Any:
     if isinstance(value, str) and not re.match(NAME_PATTERN, value):
         bad = sorted({c for c in value if not (c.isascii() and (c.isdigit() or c.islower() or c == "-"))})
@@ -342,8 +361,13 @@ class Checkpoint(_Strict):
         "Save this many checkpoints per epoch, evenly spaced, instead of every every_steps steps (Axolotl's "
         "saves_per_epoch)."))
     keep: int = Field(3, ge=1, le=1000, description="Keep this many most recent checkpoints in the store.")
+    resume_from: str | None = Field(None, description=(
+        "A Hugging Face Trainer checkpoint folder (checkpoint-N, with trainer_state.json; relative to the recipe's "
+        "folder) that the job's first attempt starts from: weights or adapter, optimizer, scheduler and step "
+        "(Axolotl's resume_from_checkpoint). Later resumes use the job's own checkpoints in the store."))
 
     _uri = field_validator("uri")(_check_checkpoint_uri)
+    _resume_from = field_validator("resume_from")(_check_resume_from)
 
     @model_validator(mode="after")
     def _one_cadence(self) -> Checkpoint:
@@ -507,6 +531,17 @@ class Recipe(_Strict):
         if self.load_in_8bit and self.adapter != "lora":
             raise ValueError(f"load_in_8bit: an 8-bit base goes with adapter: lora (got adapter: {self.adapter}; "
                              "qlora is its 4-bit base, a full fine-tune trains 16-bit weights)")
+        return self
+
+    @model_validator(mode="after")
+    def _resume_from_fits(self, info: ValidationInfo) -> Recipe:
+        folder = self.checkpoint.resume_from
+        if folder and _context(info)[1]:
+            from .resume_from import inspect, problems
+
+            found = problems(self, inspect(folder))
+            if found:
+                raise ValueError("; ".join(found))
         return self
 
     @property

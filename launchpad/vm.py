@@ -238,6 +238,9 @@ class VMProvider(MultiNodePreflight, Provider):
             recipe["base_model"] = self._push(conn, Path(recipe["base_model"]), f"{inputs}/model", stats)
         if _is_local(recipe.get("deepspeed")):
             recipe["deepspeed"] = self._push(conn, Path(recipe["deepspeed"]), f"{inputs}/deepspeed", stats)
+        start = (recipe.get("checkpoint") or {}).get("resume_from")
+        if isinstance(start, str) and _is_local(start) and Path(start).is_dir():  # where the first attempt starts
+            recipe["checkpoint"]["resume_from"] = self._push(conn, Path(start), f"{inputs}/resume-from", stats)
 
         spec = bundle.job_spec.replace(recipe=recipe, workdir=workdir, status_path=f"{workdir}/status.json",
                                        **self.job_spec_extras(instance))

@@ -141,7 +141,6 @@ def test_epoch_cadence_templates_and_trainer_keys_carry_over(tmp_path):
     ({"processor_type": "AutoProcessor"}, "processor_type: multimodal models are not supported"),
     ({"adapter": "qlora", "load_in_8bit": True}, "load_in_8bit: an 8-bit base goes with adapter: lora"),
     ({"adapter": "lora", "lora_model_dir": "./adapter"}, "lora_model_dir: starting from an existing adapter"),
-    ({"resume_from_checkpoint": "./out/checkpoint-9"}, "resume_from_checkpoint: launchpad resumes from the newest"),
     ({"load_in_4bit": True}, "load_in_4bit: a 4-bit base cannot be fully fine-tuned: set adapter: qlora"),
     ({"some_future_key": 3}, "some_future_key: an Axolotl key launchpad does not support"),
 ])

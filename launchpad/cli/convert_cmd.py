@@ -45,8 +45,10 @@ def convert(config: str, out: str | None, force: bool, as_json: bool) -> None:
         target = Path(out)
         if target.exists() and not force:
             raise BadInput(f"--out {out}: exists; choose another file or add --force")
+        _rebase_paths(data, recipe, Path(os.path.abspath(config)).parent, Path(os.path.abspath(out)).parent)
+        text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         target.write_text(text, encoding="utf-8")
-        load_recipe(target)  # what it wrote validates (relative paths: next to the config, as before)
+        load_recipe(target)  # what it wrote validates, its relative paths read from its own folder
     if as_json:
         emit_json({"config": config, "recipe": data, "notes": notes, "written": out})
     elif out:
@@ -54,6 +56,30 @@ def convert(config: str, out: str | None, force: bool, as_json: bool) -> None:
                         f"next: `launchpad plan {esc(out)}`", soft_wrap=True)
     else:
         click.echo(text, nl=False)
+
+
+def _rebase_paths(data: dict[str, Any], recipe: Any, source_dir: Path, out_dir: Path) -> None:
+    """Relative local paths of the config, made relative to the folder the recipe is written to (a recipe
+    reads them from its own folder): the validated recipe holds each one resolved."""
+    import os
+
+    if source_dir == out_dir:
+        return
+
+    def rebased(given: Any, resolved: Any) -> Any:
+        if (isinstance(given, str) and isinstance(resolved, str) and not os.path.isabs(given) and "://" not in given
+                and os.path.abspath(source_dir / Path(given).expanduser()) == resolved and os.path.exists(resolved)):
+            return os.path.relpath(resolved, out_dir)  # not a preset name or a Hub id: those stay as written
+        return given
+
+    for entry, ds in zip(data.get("datasets") or [], recipe.datasets, strict=False):
+        if isinstance(entry, dict):
+            entry["path"] = rebased(entry.get("path"), ds.path)
+    for key in ("base_model", "deepspeed"):
+        if key in data:
+            data[key] = rebased(data[key], getattr(recipe, key))
+    if isinstance(data.get("checkpoint"), dict) and "resume_from" in data["checkpoint"]:
+        data["checkpoint"]["resume_from"] = rebased(data["checkpoint"]["resume_from"], recipe.checkpoint.resume_from)
 
 
 def _resources(recipe: Any, given: Any) -> tuple[dict[str, Any] | None, str | None]:

@@ -247,6 +247,20 @@ def _resume_checkpoint(spec: TrainJob, store, ranks: Ranks, status: StatusWriter
     return ref, dest
 
 
+def _start_from_folder(folder: Path, status: StatusWriter) -> tuple[Path, int]:
+    """checkpoint.resume_from (checked when the recipe loaded; copied here by the provider's sync)."""
+    from ..resume_from import inspect
+
+    try:
+        start = inspect(str(folder))
+    except ValueError as e:
+        raise BadInput(f"checkpoint.resume_from: {e}") from None
+    log(f"starting from {folder} (checkpoint.resume_from): step {start.step}, with its weights, optimizer and "
+        "scheduler")
+    status.update(resumed_from={"step": start.step, "uri": str(folder)}, step=start.step, **prior_losses(folder))
+    return folder, start.step
+
+
 def run(spec: TrainJob, status: StatusWriter) -> int:
     """Train the job to its last step and return that step. Raises LaunchpadError (or anything else)."""
     t0 = time.monotonic()
@@ -294,6 +308,9 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     ref, resume_dir = _resume_checkpoint(spec, store, ranks, status)
     if ref is None and ranks.is_node_main:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
+    start_step = ref.step if ref else 0
+    if ref is None and recipe.checkpoint.resume_from:  # the first attempt: the folder the recipe names
+        resume_dir, start_step = _start_from_folder(Path(recipe.checkpoint.resume_from), status)
     from .packing import keep_rows
     from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to
 
@@ -357,7 +374,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     uploader.close()
     if mirror is not None:
         mirror.sync()  # the last events (the integration closed its writer at the end of training)
-    steps = trainer.state.global_step - (ref.step if ref else 0)
+    steps = trainer.state.global_step - start_step
     took = time.monotonic() - t1
     log(f"finished at step {trainer.state.global_step}: {steps} steps in {took:.2f}s ({steps / max(took, 1e-9):.1f} steps/s)")
     _log_peak_memory()

@@ -32,10 +32,13 @@ def offer_for(provider, name: str):
     return next(o for o in provider.offers() if o.instance_type == name)
 
 
-def bundle_for(tmp_path: Path, job_id: str, dataset: Path, env: dict | None = None) -> Bundle:
+def bundle_for(tmp_path: Path, job_id: str, dataset: Path, env: dict | None = None, resume_from: Path | None = None
+               ) -> Bundle:
     data = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
     data.update(name="ssh-test", max_steps=2)
     data["datasets"][0]["path"] = str(dataset)
+    if resume_from is not None:
+        data["checkpoint"]["resume_from"] = str(resume_from)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe(path)
@@ -88,13 +91,17 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
     odd.mkdir()
     dataset = odd / "chat set; rm -rf ~.jsonl"
     dataset.write_bytes((REPO / "recipes" / "data" / "smoke-chat.jsonl").read_bytes())
+    start = odd / "checkpoint-1"  # checkpoint.resume_from: the folder travels with the job's inputs
+    start.mkdir()
+    (start / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    (start / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))
     s = spec()
     inst = ssh_provider.provision(offer_for(ssh_provider, "host-a"), s)
     try:
-        bundle = bundle_for(tmp_path, s.job_id, dataset)
+        bundle = bundle_for(tmp_path, s.job_id, dataset, resume_from=start)
         ssh_provider.sync(inst, bundle)
         first = dict(ssh_provider.last_sync)
-        assert first["files"] == 1 and first["venv"] in ("installed", "reused")
+        assert first["files"] == 3 and first["venv"] in ("installed", "reused")
         ssh_provider.sync(inst, bundle)  # again: nothing is sent, nothing installed
         again = ssh_provider.last_sync
         assert {k: again[k] for k in ("files", "bytes", "wheel", "venv")} == {"files": 0, "bytes": 0, "wheel": "cached",
@@ -107,6 +114,9 @@ def test_sync_sends_the_wheel_once_reuses_the_venv_and_moves_datasets(ssh_provid
         remote_path = job["recipe"]["datasets"][0]["path"]
         assert remote_path.startswith(f"{workdir}/inputs/") and remote_path.endswith(dataset.name)
         assert Path(remote_path).read_bytes() == dataset.read_bytes()
+        remote_start = Path(job["recipe"]["checkpoint"]["resume_from"])
+        assert remote_start == workdir / "inputs" / "resume-from" / "checkpoint-1"
+        assert {p.name for p in remote_start.iterdir()} == {"trainer_state.json", "adapter_config.json"}
         assert job["workdir"] == str(workdir) and job["status_path"] == f"{workdir}/status.json"
         assert job["autostop"]["command"] == ["rm", "-rf", "--", f"{sshd_pair[0].root}/claim"]
         assert job["mount_nvme"] is False
