@@ -76,38 +76,11 @@ def ideal_gain(path: Path, batch: int, sequence_len: int) -> tuple[float, float]
     return real / padded, padded / real
 
 
-def run(home: Path, data: Path, packing: bool, steps: int) -> tuple[float, float]:
-    """(non-padding tokens/s, final loss) of one `launchpad up`."""
-    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
-    recipe.update(name=f"pack-{str(packing).lower()}", max_steps=steps, sequence_len=512, micro_batch_size=8,
-                  sample_packing=packing, checkpoint={"every_steps": steps, "keep": 1})
-    recipe["datasets"] = [{"path": str(data), "type": "chat"}]
+def up(home: Path, recipe: dict, steps: int) -> tuple[dict, str, float]:
+    """Run `recipe` with `launchpad up` on `local` in its own home: (the last checkpoint's trainer_state.json,
+    the job's log, the seconds of trainer.train() from its "finished at step N: N steps in S s" line)."""
     home.mkdir(parents=True, exist_ok=True)
     path = home / f"{recipe['name']}.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "launchpad", "up", str(path), "--json"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"launchpad up failed:\n{proc.stderr[-3000:]}")
-    job = json.loads(proc.stdout)
-    state_file = home / "checkpoints" / job["id"] / f"checkpoint-{steps}" / "trainer_state.json"
-    state = json.loads(state_file.read_text())
-    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
-    logs = subprocess.run([sys.executable, "-m", "launchpad", "logs", job["id"]], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120).stdout
-    line = next(x for x in logs.splitlines() if x.startswith("finished at step"))  # "... 30 steps in 4.1s ..."
-    seconds = float(line.split(" steps in ")[1].split("s")[0])
-    return state["num_input_tokens_seen"] / seconds, statistics.fmean(losses[-5:])
-
-
-def launchpad_smoke(home: Path, steps: int) -> tuple[float, list[float], str]:
-    """(tokens/s, losses, optimizer) of recipes/smoke-lora.yaml through `launchpad up`."""
-    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
-    recipe.update(max_steps=steps, autostop={"idle_minutes": 5})
-    recipe["datasets"] = [{"path": str(REPO / "recipes" / "data" / "smoke-chat.jsonl"), "type": "chat"}]
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "smoke-lora.yaml"
     path.write_text(yaml.safe_dump(recipe))
     env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "launchpad", "up", str(path), "--json"], env=env, cwd=REPO,
@@ -118,8 +91,27 @@ def launchpad_smoke(home: Path, steps: int) -> tuple[float, list[float], str]:
     state = json.loads((home / "checkpoints" / job["id"] / f"checkpoint-{steps}" / "trainer_state.json").read_text())
     logs = subprocess.run([sys.executable, "-m", "launchpad", "logs", job["id"]], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120).stdout
-    line = next(x for x in logs.splitlines() if x.startswith("finished at step"))
-    seconds = float(line.split(" steps in ")[1].split("s")[0])
+    line = next(x for x in logs.splitlines() if x.startswith("finished at step"))  # "... 30 steps in 4.12s ..."
+    return state, logs, float(line.split(" steps in ")[1].split("s")[0])
+
+
+def run(home: Path, data: Path, packing: bool, steps: int) -> tuple[float, float]:
+    """(non-padding tokens/s, final loss) of one `launchpad up`."""
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    recipe.update(name=f"pack-{str(packing).lower()}", max_steps=steps, sequence_len=512, micro_batch_size=8,
+                  sample_packing=packing, checkpoint={"every_steps": steps, "keep": 1})
+    recipe["datasets"] = [{"path": str(data), "type": "chat"}]
+    state, _, seconds = up(home, recipe, steps)
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    return state["num_input_tokens_seen"] / seconds, statistics.fmean(losses[-5:])
+
+
+def launchpad_smoke(home: Path, steps: int) -> tuple[float, list[float], str]:
+    """(tokens/s, losses, optimizer) of recipes/smoke-lora.yaml through `launchpad up`."""
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
+    recipe.update(max_steps=steps, autostop={"idle_minutes": 5})
+    recipe["datasets"] = [{"path": str(REPO / "recipes" / "data" / "smoke-chat.jsonl"), "type": "chat"}]
+    state, logs, seconds = up(home, recipe, steps)
     trained = next(x for x in logs.splitlines() if x.startswith("training ") and "optimizer " in x)
     optim = trained.split("optimizer ")[1].split(")")[0]  # "training N of M parameters (float32, optimizer X); ..."
     return state["num_input_tokens_seen"] / seconds, [h["loss"] for h in state["log_history"] if "loss" in h], optim
