@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,6 @@ def convert(config: str, out: str | None, force: bool, as_json: bool) -> None:
     """Write the launchpad recipe an Axolotl CONFIG amounts to: the translations made explicit, the keys
     dropped listed in its header, and a `resources:` block sized by the plan's memory estimate. A key
     launchpad refuses (rl, fsdp, plugins, ...) is exit 2 with its reason, as for `validate`."""
-    import os
-
     import yaml
 
     from ..axolotl import translate
@@ -61,8 +60,6 @@ def convert(config: str, out: str | None, force: bool, as_json: bool) -> None:
 def _rebase_paths(data: dict[str, Any], recipe: Any, source_dir: Path, out_dir: Path) -> None:
     """Relative local paths of the config, made relative to the folder the recipe is written to (a recipe
     reads them from its own folder): the validated recipe holds each one resolved."""
-    import os
-
     if source_dir == out_dir:
         return
 

@@ -247,8 +247,8 @@ def _resume_checkpoint(spec: TrainJob, store, ranks: Ranks, status: StatusWriter
     return ref, dest
 
 
-def _start_from_folder(folder: Path, status: StatusWriter) -> tuple[Path, int]:
-    """checkpoint.resume_from (checked when the recipe loaded; copied here by the provider's sync)."""
+def _start_from_folder(folder: Path, status: StatusWriter) -> int:
+    """The step of checkpoint.resume_from (checked when the recipe loaded; copied here by the provider's sync)."""
     from ..resume_from import inspect
 
     try:
@@ -258,7 +258,7 @@ def _start_from_folder(folder: Path, status: StatusWriter) -> tuple[Path, int]:
     log(f"starting from {folder} (checkpoint.resume_from): step {start.step}, with its weights, optimizer and "
         "scheduler")
     status.update(resumed_from={"step": start.step, "uri": str(folder)}, step=start.step, **prior_losses(folder))
-    return folder, start.step
+    return start.step
 
 
 def run(spec: TrainJob, status: StatusWriter) -> int:
@@ -310,7 +310,8 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         shutil.rmtree(spec.output_dir, ignore_errors=True)
     start_step = ref.step if ref else 0
     if ref is None and recipe.checkpoint.resume_from:  # the first attempt: the folder the recipe names
-        resume_dir, start_step = _start_from_folder(Path(recipe.checkpoint.resume_from), status)
+        resume_dir = Path(recipe.checkpoint.resume_from)
+        start_step = _start_from_folder(resume_dir, status)
     from .packing import keep_rows
     from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to
 
