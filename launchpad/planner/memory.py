@@ -8,7 +8,9 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
   - qlora: linear weights NF4 (0.5 + double-quant constants); everything else (embeddings, lm_head,
     norms) fp32, because PEFT's prepare_model_for_kbit_training upcasts it (`kbit_upcast`), else 16-bit.
     8-bit base (load_in_8bit): 1 byte per linear weight. lora: 16-bit base (2).
-  - adapters: fp32 LoRA weights, fp32 grads, optimiser states on T.
+  - adapters: fp32 LoRA weights, fp32 grads, optimiser states on T (16-bit in a pure 16-bit run). Targets
+    may be spelt as other architectures and frameworks do (c_attn, W_pack, query_key_value, LitGPT's q/v,
+    torchtune's mlp/output): `adapted_modules` maps them onto the projections, fused ones as one module.
   - full, three precisions (the ZeRO paper's "2 + 2 + 12" is the DeepSpeed one):
       fp32 params under autocast (HF Trainer, launchpad's default): 4 weights + 4 grads (+ 2 for the
         16-bit copies autocast keeps for the backward pass, when activations are not checkpointed);
@@ -21,6 +23,8 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
   - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
     stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket; offload moves the
     states (and with offload_param the weights) to host RAM, leaving the gathered working set.
+  - plain data parallelism (DDP, no ZeRO/FSDP) on more than one GPU: its all-reduce buckets, a second copy
+    of the grads.
 
 Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per decoder layer from what HF's
 Llama-style layer saves for its backward: two RMSNorms (fp32 upcast + c-byte output: 2(4 + c)h), q, k, v and
@@ -96,6 +100,7 @@ class Term:
     on_gpu: bool = True  # False: paged (CUDA unified memory spills to the host): it need not fit the card
     phase: str = "static"  # static: held throughout; forward: activations (freed as the backward pass runs);
     # backward: grads (built as activations are freed, dropped after the step unless accumulating)
+    data_parallel: bool = False  # held only when the run is data-parallel (world size > 1)
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ class MemoryEstimate:
 
     def term_gb(self, term: Term, world_size: int = 1) -> float:
         s, n = self.setup, max(1, world_size)
-        if not term.on_gpu:
+        if not term.on_gpu or (term.data_parallel and n == 1):
             return 0.0
         if term.offload == "optimizer" and s.offload_optimizer and s.zero_stage >= 1:
             return 0.0
@@ -184,7 +189,7 @@ class MemoryEstimate:
         lines = []
         for t in self.terms:
             gb = self.term_gb(t, world_size)
-            if t.gb < 0.005:
+            if t.gb < 0.005 or (t.data_parallel and world_size == 1):
                 continue
             how = t.formula
             if not t.on_gpu:
@@ -213,23 +218,73 @@ def targets_of_pattern(pattern: str) -> tuple[str, ...]:
                  if any(rx.fullmatch(f"{prefix}.{parent}.{name}") for prefix in _LAYER_PREFIXES))
 
 
-def lora_trainable_params(shape: ModelShape, r: int, targets: tuple[str, ...] | None,
-                          modules_to_save: tuple[str, ...] = ()) -> int:
+# LoRA target names other architectures and frameworks use, by the Llama-style projections they stand for.
+# A fused name is one module (one LoRA pair, one dropout copy of its input) spanning several projections;
+# `c_proj` ends both the attention output and the MLP's down projection in GPT-2/Qwen-1 models, and PEFT
+# matches a name against the end of each module's path, so it adapts both. "mlp" and "output" are torchtune's
+# and LitGPT's switches (every MLP linear; the output head), "lm_head" the head in PEFT and LitGPT.
+_FUSED = {"c_attn": ("q_proj", "k_proj", "v_proj"), "W_pack": ("q_proj", "k_proj", "v_proj"),
+          "attn": ("q_proj", "k_proj", "v_proj"),  # LitGPT's fused q/k/v: one dropout copy for all three
+          "query_key_value": ("q_proj", "k_proj", "v_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+          "Wqkv": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+_ALIASES = {"q": ("q_proj",), "k": ("k_proj",), "v": ("v_proj",), "query": ("q_proj",), "key": ("k_proj",),
+            "value": ("v_proj",), "proj": ("o_proj",), "output_proj": ("o_proj",), "out_proj": ("o_proj",),
+            "dense": ("o_proj",), "c_proj": ("o_proj", "down_proj"), "fc1": ("up_proj",), "fc_in": ("up_proj",),
+            "dense_h_to_4h": ("up_proj",),
+            "fc2": ("down_proj",), "fc_out": ("down_proj",), "dense_4h_to_h": ("down_proj",),
+            "mlp": ("gate_proj", "up_proj", "down_proj")}
+# Mixtral's experts name gate/down/up w1/w2/w3, Qwen-1's MLP its two input projections w1/w2: each takes
+# the first of these not yet counted (the sizes agree either way)
+_ONE_OF = {"w1": ("gate_proj", "up_proj"), "w2": ("up_proj", "down_proj"), "w3": ("up_proj", "down_proj", "gate_proj")}
+_HEAD_NAMES = ("lm_head", "output")
+_MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
+
+
+def adapted_modules(shape: ModelShape, targets: tuple[str, ...] | None) -> list[tuple[str, int, int]]:
+    """(name, in, out) of each linear module of one decoder layer that LoRA adapts, for target names in any
+    of the spellings above (None = the attention projections); the output head is not among them."""
     dims = shape.module_dims()
     if targets is None:
         targets = LORA_DEFAULT_TARGETS
     if any(t in ("all-linear", "all_linear") for t in targets):
         targets = tuple(dims)
-    per_layer = sum(r * (dims[t][0] + dims[t][1]) for t in targets if t in dims)
-    if shape.experts and any(t in ("gate_proj", "up_proj", "down_proj", "w1", "w2", "w3") for t in targets):
-        # PEFT adapts each expert's projections too
+    out: list[tuple[str, int, int]] = []
+    covered: set[str] = set()
+    for t in dict.fromkeys(targets):
+        leaf = t.rsplit(".", 1)[-1]
+        if leaf in _FUSED:
+            parts = [p for p in _FUSED[leaf] if p in dims and p not in covered]
+            if parts:
+                out.append((leaf, dims[parts[0]][0], sum(dims[p][1] for p in parts)))
+                covered.update(parts)
+            continue
+        names = _ALIASES.get(leaf, (leaf,))
+        if leaf in _ONE_OF:
+            names = tuple(n for n in _ONE_OF[leaf] if n in dims and n not in covered)[:1]
+        for name in names:
+            if name in dims and name not in covered:
+                out.append((name, *dims[name]))
+                covered.add(name)
+    return out
+
+
+def adapts_head(targets: tuple[str, ...] | None) -> bool:
+    """LoRA on the output head (a vocabulary-wide LoRA output beside the logits)."""
+    return bool(targets) and any(t in _HEAD_NAMES for t in targets or ())
+
+
+def lora_trainable_params(shape: ModelShape, r: int, targets: tuple[str, ...] | None,
+                          modules_to_save: tuple[str, ...] = ()) -> int:
+    modules = adapted_modules(shape, targets)
+    per_layer = sum(r * (i + o) for _, i, o in modules)
+    mlp = {n for n, _, _ in modules} & set(_MLP_NAMES)
+    if shape.experts and mlp and not any("." in t for t in targets or ()):
+        # PEFT adapts each expert's projections too (a dotted name, e.g. shared_expert.gate_proj, only its own)
         moe = r * (3 if shape.gated_mlp else 2) * (shape.hidden + shape.moe_intermediate) * shape.experts
-        per_layer_moe = moe - sum(r * (dims[t][0] + dims[t][1]) for t in ("gate_proj", "up_proj", "down_proj")
-                                  if t in targets and t in dims)
-        per_layer_moe = max(per_layer_moe, 0)
+        per_layer_moe = max(moe - sum(r * (i + o) for n, i, o in modules if n in mlp), 0)
     else:
         per_layer_moe = 0
-    extra = 0
+    extra = r * (shape.hidden + shape.vocab) if adapts_head(targets) else 0
     for m in modules_to_save:
         if m in ("embed_tokens", "lm_head"):
             extra += shape.vocab * shape.hidden
@@ -252,24 +307,17 @@ def _optimizer_kind(name: str) -> tuple[str, bool]:
     return "adamw", paged
 
 
-def _lora_targets(shape: ModelShape, targets: tuple[str, ...] | None) -> list[str]:
-    dims = shape.module_dims()
-    if targets is None:
-        return [t for t in LORA_DEFAULT_TARGETS if t in dims]
-    if any(t in ("all-linear", "all_linear") for t in targets):
-        return list(dims)
-    return [t for t in targets if t in dims]
-
-
 def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
     i = shape.active_intermediate
     tokens = s.sequence_len * s.micro_batch_size
+    # a gated MLP saves gate, up, the activation and their product; a plain (GELU) one saves its up output
+    # and the activation's, plus every intermediate of the tanh formula when the model spells it out
+    # (gelu_new: GPT-2, phi): also counted as 4 i, the side that never under-counts
     per_layer = 2 * (4 + c) * h + c * (2 * q + 2 * kv) + 4 * c * i
     how = f"2(4+{c:g})h + {c:g}(2q+2kv) + 4*{c:g}*i"
     if s.adapter != "full" and s.lora_dropout > 0:
-        dims = shape.module_dims()
-        drop = sum((c + 1) * dims[t][0] for t in _lora_targets(shape, s.lora_target_modules))
+        drop = sum((c + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
         per_layer += drop
         how += f" + LoRA dropout {drop:g}"
     if s.attention == "eager":
@@ -290,6 +338,8 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
     # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
     per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
+    if s.adapter != "full" and adapts_head(s.lora_target_modules):
+        per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab
     terms = [Term("activations", acts / GIB, formula, phase="forward")]
     if logits:
@@ -326,12 +376,14 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
             how += f" + {other / 1e9:.2f}B embeddings/norms x {other_b:g}"
         terms.append(Term("weights", w / GIB, how, shard=3, offload="param"))
         T = lora_trainable_params(shape, s.lora_r, s.lora_target_modules, s.lora_modules_to_save)
-        terms.append(Term("trainable", T * 4.0 / GIB, f"{T / 1e6:.1f}M LoRA params x fp32 4", shard=3))
-        terms.append(Term("grads", T * 4.0 / GIB, f"{T / 1e6:.1f}M x fp32 4", shard=2, phase="backward"))
+        # PEFT keeps adapters in fp32; a pure 16-bit run (torchtune, LitGPT's bf16-true) in the model's dtype
+        ab = 4.0 if s.fp32_master_weights else c
+        terms.append(Term("trainable", T * ab / GIB, f"{T / 1e6:.1f}M LoRA params x {ab:g}", shard=3))
+        terms.append(Term("grads", T * ab / GIB, f"{T / 1e6:.1f}M x {ab:g}", shard=2, phase="backward"))
         if s.frozen_fp32 and c == 2.0 and not s.gradient_checkpointing:
             terms.append(Term("autocast copies", lin * c / GIB, f"{lin / 1e9:.2f}B frozen linear x {c:g} (16-bit "
                               "casts saved for the backward pass)", phase="forward"))
-        state_dtype = 4.0
+        state_dtype = ab
     else:
         T = P
         if s.deepspeed and s.zero_stage >= 1 and s.fp32_master_weights:
@@ -366,6 +418,12 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     terms.append(Term("optimizer", T * per_param / GIB, f"{T / 1e9:.3f}B x {optimizer} {per_param:g}"
                       + (" (paged: spills to host RAM when the GPU runs short)" if paged else ""),
                       shard=1, offload="optimizer", on_gpu=not paged))
+    grads_gb = sum(t.gb for t in terms if t.name == "grads")
+    if s.zero_stage == 0 and not s.deepspeed and grads_gb:
+        # PyTorch DDP (torchrun without DeepSpeed or FSDP) all-reduces through flat buckets that it allocates
+        # beside the .grad tensors (gradient_as_bucket_view is off by default): a second copy of the grads
+        terms.append(Term("DDP buckets", grads_gb, "the grads again (DDP's all-reduce buckets, on more than one GPU)",
+                          data_parallel=True))
     if s.optimizer_in_backward and s.adapter == "full":
         largest = shape.largest_module_params
         terms.append(Term("grads in flight", largest * c / GIB, f"largest module {largest / 1e6:.0f}M x {c:g}"))

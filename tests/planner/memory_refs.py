@@ -58,6 +58,8 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
     targets = ref.get("lora_target_modules")
     if isinstance(targets, str):
         targets = [targets]
+    if targets and framework == "litgpt":  # LitGPT's q/k/v switches adapt one fused linear, `attn`
+        targets = ["attn"] * any(t in ("q", "k", "v") for t in targets) + [t for t in targets if t not in ("q", "k", "v")]
     zero = int(ref.get("zero_stage") or 0)
     flash = ref.get("flash_attention")
     return TrainSetup(

@@ -10,7 +10,9 @@ import pytest
 
 from launchpad.planner.memory import (
     TrainSetup,
+    adapted_modules,
     estimate_memory,
+    lora_trainable_params,
     model_shape,
     read_deepspeed,
     setup_from_recipe,
@@ -140,7 +142,47 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
     assert off.per_gpu_gb(8) < z3.per_gpu_gb(8)
     assert off.per_gpu_gb(8) > off.parts["ZeRO-3 gathered"] + off.parts["logits"]  # the working set stays
     plain = est("full", optimizer="adamw_torch")
-    assert plain.per_gpu_gb(8) == pytest.approx(plain.per_gpu_gb(1))  # DDP replicas each hold everything
+    # DDP replicas each hold everything, and the all-reduce buckets are a second copy of the grads
+    assert plain.per_gpu_gb(8) - plain.per_gpu_gb(1) == pytest.approx(plain.grads_gb * 1.1)
+    assert "DDP buckets" not in "\n".join(plain.explain(1)) and "DDP buckets" in "\n".join(plain.explain(8))
+    assert "DDP buckets" not in "\n".join(z3.explain(8))  # ZeRO (and FSDP) reduce without them
+
+
+def test_lora_targets_in_other_architectures_spellings_are_counted() -> None:
+    """Qwen-1's c_attn, Baichuan's W_pack, BLOOM/NeoX's query_key_value, torchtune's and LitGPT's switches:
+    each adapts the projections it stands for (they counted as no LoRA parameters at all before)."""
+    qwen1 = shape_of("Qwen/Qwen-7B-Chat")
+    # one LoRA pair spans the fused q, k and v: one A (h x r), one B (r x 3h)
+    assert lora_trainable_params(qwen1, 8, ("c_attn",)) == qwen1.layers * 8 * (4096 + 3 * 4096)
+    assert adapted_modules(qwen1, ("c_attn",)) == [("c_attn", 4096, 3 * 4096)]
+    # c_proj ends both the attention output and the MLP's down projection; w1/w2 are the MLP's inputs
+    every = lora_trainable_params(qwen1, 8, ("all-linear",))
+    fused_saving = qwen1.layers * 8 * 2 * 4096  # one A for q, k and v instead of three
+    assert lora_trainable_params(qwen1, 8, ("c_attn", "c_proj", "w1", "w2")) == every - fused_saving
+    assert lora_trainable_params(qwen1, 8, ("query_key_value",)) == lora_trainable_params(qwen1, 8, ("W_pack",))
+    # torchtune: mlp = every MLP linear, output = the head
+    llama = shape_of(LLAMA3_8B)
+    tt = lora_trainable_params(llama, 8, ("q_proj", "v_proj", "output_proj", "mlp", "output"))
+    hf = lora_trainable_params(llama, 8, ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    assert tt == hf + 8 * (llama.hidden + llama.vocab)
+    assert lora_trainable_params(llama, 8, ("nothing_by_that_name",)) == 0
+    # a head adapter puts a vocabulary-wide LoRA output beside the logits
+    head = est("lora", lora_target_modules=("q_proj", "lm_head")).parts["logits"]
+    assert head > est("lora", lora_target_modules=("q_proj",)).parts["logits"]
+
+
+def test_a_dotted_target_adapts_that_module_only_not_every_expert() -> None:
+    moe = shape_of("mistralai/Mixtral-8x7B-v0.1")
+    every_expert = lora_trainable_params(moe, 8, ("gate_proj",))
+    assert lora_trainable_params(moe, 8, ("shared_expert.gate_proj",)) < every_expert / 4
+
+
+def test_pure_16_bit_runs_keep_adapters_in_16_bit() -> None:
+    mixed = est("lora", lora_r=64, lora_target_modules=("all-linear",), optimizer="adamw_torch")
+    pure = est("lora", lora_r=64, lora_target_modules=("all-linear",), optimizer="adamw_torch",
+               fp32_master_weights=False)
+    assert pure.parts["trainable"] == pytest.approx(mixed.parts["trainable"] / 2)
+    assert pure.parts["optimizer"] == pytest.approx(mixed.parts["optimizer"] / 2)
 
 
 def test_varying_row_lengths_fragment_the_allocator() -> None:
