@@ -21,7 +21,9 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
     out to the host when the GPU runs short, so they do not count against the card; same for states
     updated in the backward pass (`optimizer_in_backward`: no full set of grads either).
   - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
-    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket; offload moves the
+    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket, and under DeepSpeed
+    keeps whole the last layers that the trace uses again within `stage3_max_reuse_distance` parameters
+    (all of a small model); offload moves the
     states (and with offload_param the weights) to host RAM, leaving the gathered working set.
   - plain data parallelism (DDP, no ZeRO/FSDP) on more than one GPU: its all-reduce buckets, a second copy
     of the grads.
@@ -47,7 +49,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .shapes import ModelShape, UnknownModel, resolve_shape, shape_from_config, try_shape
 
@@ -55,6 +57,7 @@ GIB = float(2**30)
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit + 8-bit absmax per 64 + fp32 per 256 absmax blocks
 _OPT_BYTES_FP32 = {"adamw": 8.0, "adamw_8bit": 2.0, "adamw_4bit": 1.0, "sgd": 0.0, "adafactor": 0.1}
 LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+DEEPSPEED_REUSE_DISTANCE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class TrainSetup:
     frozen_fp32: bool = False  # lora: the frozen base kept in fp32 (LitGPT's bf16-mixed) instead of 16-bit
     compiled: bool = False  # torch.compile fuses the norm/MLP elementwise ops: fewer saved activations
     activation_offload: bool = False  # checkpointed layer inputs moved to host RAM (torchtune)
+    # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters
+    # (stage3_max_reuse_distance; DeepSpeed's default 1e9, launchpad's presets too, Axolotl's configs 0)
+    reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
 
 
 @dataclass(frozen=True)
@@ -348,6 +354,23 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     return terms
 
 
+def _reuse_term(shape: ModelShape, s: TrainSetup, weight_bytes: float) -> list[Term]:
+    """ZeRO-3 does not release a gathered parameter that the trace uses again within `reuse_distance`
+    parameters. At the turn from the forward to the backward pass the last layers are used again after
+    twice the parameters behind them (their forward, then the backward in reverse) plus twice the head's:
+    those within the distance stay whole on every GPU, up to the whole model when it is small."""
+    head = shape.vocab * shape.hidden
+    layer = (shape.params - shape.embedding_params) / max(1, shape.layers)
+    budget = s.reuse_distance / 2 - head
+    if budget <= 0 or layer <= 0:
+        return []
+    n = min(shape.layers, -int(-budget // layer))  # ceil: layer j from the end stays when 2(head + j layer) < D
+    kept = n * layer
+    return [Term("ZeRO-3 reused", kept * weight_bytes / GIB,
+                 f"last {n} layers x {layer / 1e6:.0f}M x {weight_bytes:.3g} (used again within the reuse "
+                 f"distance {s.reuse_distance:.0e})", phase="forward")]
+
+
 def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str, Any] | None = None) -> MemoryEstimate:
     """The per-GPU memory estimate (see the module docstring for the model)."""
     if settings is None:
@@ -432,6 +455,9 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
         terms.append(Term("ZeRO-3 gathered", gathered / GIB,
                           f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
+        if s.deepspeed:
+            wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
+            terms.extend(_reuse_term(shape, s, weight_bytes=wb))
     terms.extend(_activation_terms(shape, s, c))
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
@@ -441,11 +467,20 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     )
 
 
-def read_deepspeed(path: str | None, base_dir: Path | None = None) -> tuple[int, bool, bool]:
-    """(zero stage, offload optimizer, offload params) from a DeepSpeed JSON; a missing file counts as
+class DeepSpeedMemory(NamedTuple):
+    """What a DeepSpeed JSON changes in the memory estimate."""
+
+    stage: int
+    offload_optimizer: bool
+    offload_param: bool
+    reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
+
+
+def read_deepspeed(path: str | None, base_dir: Path | None = None) -> DeepSpeedMemory:
+    """ZeRO stage, offloads and ZeRO-3 reuse distance from a DeepSpeed JSON; a missing file counts as
     the stage its name says ("zero3-offload.json") so plans work before the file exists."""
     if not path:
-        return 0, False, False
+        return DeepSpeedMemory(0, False, False)
     from ..dsconfig import preset_path
 
     p = Path(path)
@@ -458,19 +493,22 @@ def read_deepspeed(path: str | None, base_dir: Path | None = None) -> tuple[int,
         stage = int(cfg.get("stage", 0))
         off_opt = (cfg.get("offload_optimizer") or {}).get("device", "none") not in ("none", None)
         off_par = (cfg.get("offload_param") or {}).get("device", "none") not in ("none", None)
-        return stage, off_opt, off_par
+        # DeepSpeed reads either spelling (Axolotl's configs use the short one)
+        reuse = cfg.get("stage3_max_reuse_distance", cfg.get("max_reuse_distance"))
+        reuse = int(reuse) if isinstance(reuse, (int, float)) else DEEPSPEED_REUSE_DISTANCE
+        return DeepSpeedMemory(stage, off_opt, off_par, reuse)
     except (OSError, ValueError, AttributeError, TypeError):
         name = p.name.lower()
         m = re.search(r"zero_?(\d)", name)
         offload = "offload" in name
-        return (int(m.group(1)) if m else 0), offload, offload and "3" in (m.group(1) if m else "")
+        return DeepSpeedMemory((int(m.group(1)) if m else 0), offload, offload and "3" in (m.group(1) if m else ""))
 
 
 def setup_from_recipe(recipe: Any) -> TrainSetup:
     """The `TrainSetup` of a `launchpad.recipe.Recipe`: what launchpad's trainer will run."""
     src = getattr(recipe, "source_path", None)
     base_dir = Path(src).parent if src else None
-    stage, off_opt, off_par = read_deepspeed(recipe.deepspeed, base_dir)
+    stage, off_opt, off_par, reuse = read_deepspeed(recipe.deepspeed, base_dir)
     targets = recipe.lora_target_modules
     if isinstance(targets, str):
         targets = targets_of_pattern(targets)
@@ -482,7 +520,8 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         lora_modules_to_save=tuple(recipe.lora_modules_to_save or ()),
         lora_dropout=float(getattr(recipe, "lora_dropout", 0.05)),
         optimizer=getattr(recipe, "optimizer", None), zero_stage=stage, deepspeed=bool(recipe.deepspeed),
-        offload_optimizer=off_opt, offload_param=off_par, load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
+        offload_optimizer=off_opt, offload_param=off_par, reuse_distance=reuse,
+        load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
         precision="fp32" if recipe.bf16 is False else "bf16",
         fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)),
         # launchpad's trainer runs FlashAttention-2 or PyTorch SDPA, never eager attention
@@ -503,6 +542,6 @@ def model_shape(base_model: str, base_dir: Path | None = None) -> ModelShape | N
     return try_shape(base_model, base_dir)
 
 
-__all__ = ["GIB", "ModelShape", "MemoryEstimate", "Term", "TrainSetup", "UnknownModel", "estimate_memory",
+__all__ = ["GIB", "DeepSpeedMemory", "ModelShape", "MemoryEstimate", "Term", "TrainSetup", "UnknownModel", "estimate_memory",
            "lora_trainable_params", "model_shape", "read_deepspeed", "recipe_shape", "setup_from_recipe",
            "shape_from_config"]

@@ -148,6 +148,22 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
     assert "DDP buckets" not in "\n".join(z3.explain(8))  # ZeRO (and FSDP) reduce without them
 
 
+def test_zero3_keeps_the_layers_it_reuses_within_the_reuse_distance() -> None:
+    """DeepSpeed keeps a gathered parameter that the trace uses again within stage3_max_reuse_distance
+    (1e9 by default): at the turn to the backward pass, the last layers of a small model stay whole."""
+    pythia = "EleutherAI/pythia-1b-deduped"  # 16 layers of ~50M, a 103M-param head
+    z3 = est("full", model=pythia, zero_stage=3, deepspeed=True)
+    # layer j from the end is used again after 2(head + j layers) params: 8 layers are within 1e9
+    assert "last 8 layers" in "\n".join(z3.explain(4)) and 0.7 < z3.parts["ZeRO-3 reused"] < 0.8
+    none = est("full", model=pythia, zero_stage=3, deepspeed=True, reuse_distance=0)  # Axolotl's configs
+    assert "ZeRO-3 reused" not in none.parts
+    assert z3.peak_allocated_gb(4) - none.peak_allocated_gb(4) == pytest.approx(z3.parts["ZeRO-3 reused"])
+    # Llama-3-8B's 525M-param head alone is beyond half the distance: nothing before it stays
+    assert "ZeRO-3 reused" not in est("full", zero_stage=3, deepspeed=True).parts
+    # FSDP (deepspeed false) frees each unit after use
+    assert "ZeRO-3 reused" not in est("full", model=pythia, zero_stage=3).parts
+
+
 def test_lora_targets_in_other_architectures_spellings_are_counted() -> None:
     """Qwen-1's c_attn, Baichuan's W_pack, BLOOM/NeoX's query_key_value, torchtune's and LitGPT's switches:
     each adapts the projections it stands for (they counted as no LoRA parameters at all before)."""
@@ -228,10 +244,12 @@ def test_unknown_models_are_an_error_that_says_how_to_size_them(monkeypatch) -> 
 def test_deepspeed_config_is_read(tmp_path: Path) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
-    assert read_deepspeed(str(cfg)) == (3, True, False)
+    assert read_deepspeed(str(cfg)) == (3, True, False, 1_000_000_000)  # DeepSpeed's default reuse distance
     assert read_deepspeed("configs/deepspeed/zero2.json", tmp_path / "nowhere")[0] == 2
-    assert read_deepspeed("zero3-offload") == (3, True, True)  # a preset's name
-    assert read_deepspeed(None) == (0, False, False)
+    assert read_deepspeed("zero3-offload") == (3, True, True, 1_000_000_000)  # a preset's name
+    assert read_deepspeed(None) == (0, False, False, 1_000_000_000)
+    axolotl = Path(__file__).resolve().parents[1] / "data" / "axolotl" / "deepspeed_configs" / "zero3_bf16.json"
+    assert read_deepspeed(str(axolotl)).reuse_distance == 0  # spelt max_reuse_distance, as DeepSpeed allows
 
 
 def test_setup_from_recipe(write_recipe) -> None:

@@ -43,9 +43,10 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 73 of 104 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 74 of 104 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
-    # the fix added their parameters and dropout copies, and moved two rows out of the band
+    # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
+    # distance (the last layers kept whole) brought one back
     assert within >= 0.70, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
@@ -69,7 +70,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 73 of 104 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 104 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
