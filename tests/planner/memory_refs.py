@@ -105,6 +105,19 @@ def compare(ref: dict[str, Any]) -> Comparison:
     return Comparison(ref, gb, measured)
 
 
+_STATES = ("weights", "trainable", "grads", "master weights", "fp32 grads", "optimizer")
+
+
+def model_states_gb(ref: dict[str, Any]) -> float:
+    """GiB per GPU of what the settings must hold whatever the activations: weights, grads, master weights
+    and optimiser states (sharded and offloaded as stated). A measured peak below it is a wrong figure or
+    wrong settings."""
+    shape = resolve_shape(ref["model"], model_config=ref.get("model_config"))
+    est = estimate_memory(shape, setup_of(ref))
+    world = int(ref.get("gpus") or 1)
+    return sum(est.term_gb(t, world) for t in est.terms if t.name in _STATES)
+
+
 def table(comparisons: list[Comparison]) -> str:
     by_family: dict[str, list[Comparison]] = defaultdict(list)
     for c in comparisons:

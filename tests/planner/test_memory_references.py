@@ -8,7 +8,7 @@ passes, so the marker goes). What is asserted is what has been reached, so it ca
 from __future__ import annotations
 
 import pytest
-from memory_refs import FLOOR, compare, load_references, table
+from memory_refs import FLOOR, compare, load_references, model_states_gb, table
 
 REFS = load_references()
 PEAKS = [r for r in REFS if r.get("kind", "peak") == "peak" and not r.get("exclude")]
@@ -43,14 +43,26 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 74 of 104 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 74 of 101 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
-    # distance (the last layers kept whole) brought one back
-    assert within >= 0.70, table(comparisons)
+    # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
+    # the model states their settings hold are excluded (test below)
+    assert within >= 0.73, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
+
+
+def test_no_counted_peak_is_below_the_model_states_its_settings_hold(offline_hub) -> None:
+    """A peak smaller than the weights, grads and optimiser states its own settings hold cannot be right
+    (LitGPT's table gives Phi-3-mini's full fine-tune, 30.6 GB of such states, 17.0 GB on a 24 GB card):
+    such an entry stays in the file with an `exclude` reason and is not counted."""
+    for r in PEAKS:
+        c = compare(r)
+        assert model_states_gb(r) <= c.measured_gb, (r["id"], model_states_gb(r), c.measured_gb)
+    excluded = [r for r in REFS if r.get("exclude") and r["id"].startswith("litgpt-confighub") and r["adapter"] == "full"]
+    assert len(excluded) == 3 and all(model_states_gb(r) > compare(r).measured_gb for r in excluded)
 
 
 def test_the_issue_s_own_examples(offline_hub) -> None:
@@ -70,7 +82,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 104 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 101 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
