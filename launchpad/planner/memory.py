@@ -30,7 +30,8 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
 
 Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per decoder layer from what HF's
 Llama-style layer saves for its backward: two RMSNorms (fp32 upcast + c-byte output: 2(4 + c)h), q, k, v and
-the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts),
+the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts; a
+two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
 LoRA dropout's copy and mask of each adapted module's input; eager attention (no FlashAttention/SDPA kernel)
 adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
 one layer recomputed in the backward pass. Logits: c (16-bit) + 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4
@@ -89,6 +90,7 @@ class TrainSetup:
     frozen_fp32: bool = False  # lora: the frozen base kept in fp32 (LitGPT's bf16-mixed) instead of 16-bit
     compiled: bool = False  # torch.compile fuses the norm/MLP elementwise ops: fewer saved activations
     activation_offload: bool = False  # checkpointed layer inputs moved to host RAM (torchtune)
+    fused_activation: bool = False  # the MLP's activation is one kernel whatever config.json names (LitGPT)
     # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters
     # (stage3_max_reuse_distance; DeepSpeed's default 1e9, launchpad's presets too, Axolotl's configs 0)
     reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
@@ -313,15 +315,30 @@ def _optimizer_kind(name: str) -> tuple[str, bool]:
     return "adamw", paged
 
 
+# Tensors of the MLP's width that a two-matrix MLP saves for its backward pass, by activation: a fused kernel
+# (F.gelu, tanh-approximate or not) saves its input, and the down projection its output; Hugging Face's
+# gelu_new (GPT-2, phi, GPT-J) spells the tanh formula out in Python and autograd keeps its intermediates
+# (x, tanh, x/2, 1 + tanh); quick_gelu keeps x and its sigmoid; ReLU's output serves both.
+_PLAIN_MLP_SAVED = {"gelu_new": 5, "gelu_fast": 5, "gelu_python": 5, "quick_gelu": 3, "relu": 1}
+
+
+def _mlp_saved(shape: ModelShape, s: TrainSetup) -> int:
+    """How many tensors of the MLP's width one layer saves: a gated MLP its gate, up, activation and their
+    product; a plain one by its activation (`_PLAIN_MLP_SAVED`, else 2)."""
+    if shape.gated_mlp:
+        return 4
+    if s.fused_activation:
+        return 1 if shape.hidden_act == "relu" else 2
+    return _PLAIN_MLP_SAVED.get(shape.hidden_act, 2)
+
+
 def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
     i = shape.active_intermediate
     tokens = s.sequence_len * s.micro_batch_size
-    # a gated MLP saves gate, up, the activation and their product; a plain (GELU) one saves its up output
-    # and the activation's, plus every intermediate of the tanh formula when the model spells it out
-    # (gelu_new: GPT-2, phi): also counted as 4 i, the side that never under-counts
-    per_layer = 2 * (4 + c) * h + c * (2 * q + 2 * kv) + 4 * c * i
-    how = f"2(4+{c:g})h + {c:g}(2q+2kv) + 4*{c:g}*i"
+    m = _mlp_saved(shape, s)
+    per_layer = 2 * (4 + c) * h + c * (2 * q + 2 * kv) + m * c * i
+    how = f"2(4+{c:g})h + {c:g}(2q+2kv) + {m}*{c:g}*i"
     if s.adapter != "full" and s.lora_dropout > 0:
         drop = sum((c + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
         per_layer += drop

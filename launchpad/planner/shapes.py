@@ -33,6 +33,8 @@ from ..errors import RecipeError
 # model_type values whose MLP is two matrices (up, down) instead of SwiGLU's three
 _PLAIN_MLP = {"gpt2", "gpt_neox", "gptj", "bloom", "falcon", "phi", "mpt", "starcoder2", "opt", "gpt_bigcode",
               "codegen", "stablelm_epoch", "cerebras", "replit_lm", "mamba", "arcee"}  # arcee: ReLU^2
+# The activation of a two-matrix MLP, where config.json does not name it: Hugging Face's default per model_type
+_PLAIN_ACT = {"gpt2": "gelu_new", "gptj": "gelu_new", "codegen": "gelu_new", "phi": "gelu_new", "opt": "relu"}
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}
@@ -58,6 +60,7 @@ class ModelShape:
     tied_embeddings: bool = False
     head_dim: int | None = None
     gated_mlp: bool = True
+    hidden_act: str = "silu"  # the MLP's activation as config.json names it (what autograd saves depends on it)
     experts: int = 0
     experts_per_tok: int = 0
     moe_intermediate: int = 0
@@ -174,7 +177,9 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     kv = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "num_kv")
     if kv is None and cfg.get("multi_query"):
         kv = 1
-    gated = mtype not in _PLAIN_MLP and str(cfg.get("hidden_act") or cfg.get("mlp_hidden_act") or "") not in (
+    act = str(_first(cfg, "hidden_act", "mlp_hidden_act", "activation_function", "hidden_activation",
+                     default=_PLAIN_ACT.get(mtype, "gelu" if mtype in _PLAIN_MLP else "silu")))
+    gated = mtype not in _PLAIN_MLP and act not in (
         "relu2", "xielu")  # Nemotron's squared ReLU and Apertus's xIELU MLPs are up/down only
     ff = str(cfg.get("feed_forward_proj") or "")
     if mtype in ("t5", "mt5", "umt5"):
@@ -220,7 +225,7 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     shape = ModelShape(
         name=name, hidden=h, intermediate=inter, layers=layers + decoder_layers, heads=heads,
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,
-        gated_mlp=gated, attention_params=attention_params, source=str(cfg.get("source") or ""), **shape_kw)
+        gated_mlp=gated, hidden_act=act, attention_params=attention_params, source=str(cfg.get("source") or ""), **shape_kw)
     extra = decoder_layers * shape.attn_params  # T5 decoder layers' cross-attention
     vision = top.get("vision_params") or _vision_params(top.get("vision_config"))
     extra += int(vision or 0)

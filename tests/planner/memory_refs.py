@@ -85,6 +85,7 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
         gradient_accumulation_steps=int(ref.get("gradient_accumulation_steps") or 1),
         frozen_fp32=ref["adapter"] == "lora" and framework == "litgpt" and precision.endswith("mixed"),
         compiled=bool(ref.get("compile")), activation_offload=bool(ref.get("activation_offload")),
+        fused_activation=framework == "litgpt",  # LitGPT's MLPs call F.gelu (one kernel) for every GELU variant
     )
 
 

@@ -148,6 +148,27 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
     assert "DDP buckets" not in "\n".join(z3.explain(8))  # ZeRO (and FSDP) reduce without them
 
 
+def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
+    """A fused GELU (GPT-NeoX's F.gelu) saves its input and the down projection its output: 2 tensors of the
+    MLP's width; Hugging Face's gelu_new (phi, GPT-2) spells the tanh formula out and autograd keeps 5; a
+    gated MLP 4; LitGPT calls one fused kernel for every GELU variant."""
+    def per_token_mlp(model: str, **kw) -> float:  # the activations' growth with the MLP width, per layer
+        e = est("lora", model=model, gradient_checkpointing=False, lora_dropout=0.0, **kw)
+        shape = e.shape
+        other = 2 * (4 + 2) * shape.hidden + 2 * (2 * shape.q_dim + 2 * shape.kv_dim)
+        return (e.parts["activations"] * 2**30 / (2048 * shape.layers) - other) / (2 * shape.intermediate)
+
+    assert shape_of("EleutherAI/pythia-1.4b-deduped").hidden_act == "gelu"  # the table says gpt_neox only
+    assert shape_of("microsoft/phi-2").hidden_act == "gelu_new"  # Hugging Face's default for phi
+    assert per_token_mlp("EleutherAI/pythia-1.4b-deduped") == pytest.approx(2)
+    assert per_token_mlp("microsoft/phi-2") == pytest.approx(5)
+    assert per_token_mlp("microsoft/phi-2", fused_activation=True) == pytest.approx(2)
+    assert per_token_mlp(LLAMA3_8B) == pytest.approx(4)
+    opt = shape_from_config({"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
+                             "num_attention_heads": 12, "vocab_size": 50272})
+    assert opt.hidden_act == "relu" and not opt.gated_mlp
+
+
 def test_zero3_keeps_the_layers_it_reuses_within_the_reuse_distance() -> None:
     """DeepSpeed keeps a gathered parameter that the trace uses again within stage3_max_reuse_distance
     (1e9 by default): at the turn to the backward pass, the last layers of a small model stay whole."""

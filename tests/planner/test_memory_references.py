@@ -43,12 +43,13 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 74 of 101 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 75 of 101 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
-    # the model states their settings hold are excluded (test below)
-    assert within >= 0.73, table(comparisons)
+    # the model states their settings hold are excluded (test below). Saving what each MLP activation really
+    # saves (fused GELU 2 tensors, gelu_new's formula 5) brought LitGPT's phi/StableLM rows from 1.23-1.29x to 1.00-1.05x
+    assert within >= 0.74, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -82,7 +83,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 101 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 75 of 101 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
