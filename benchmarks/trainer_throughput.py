@@ -135,17 +135,24 @@ def vs_hand(rounds: int, steps: int, report_to: str = "none") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model = ensure_tiny_llama(root / "model")
+        optim = launchpad_smoke(root / "warm-up", 5)[2]  # the optimizer launchpad picks, and warm caches
         for i in range(rounds):
-            lp, lp_losses, optim = launchpad_smoke(root / f"lp-{i}", steps)
-            hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim, report_to)
+            # alternate which goes first, so that neither always runs on a machine the other just warmed
+            if i % 2:
+                hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim, report_to)
+                lp, lp_losses, optim = launchpad_smoke(root / f"lp-{i}", steps)
+            else:
+                lp, lp_losses, optim = launchpad_smoke(root / f"lp-{i}", steps)
+                hand, hand_losses = hand_smoke(root / f"hand-{i}", model, steps, optim, report_to)
             ratios.append(lp / hand)
             if len(lp_losses) != len(hand_losses):
                 raise SystemExit(f"not the same run: {len(lp_losses)} logged steps against {len(hand_losses)}")
             gap = max(abs(a - b) for a, b in zip(lp_losses, hand_losses, strict=True))
             print(f"round {i + 1}: launchpad up {lp:,.0f} tok/s, hand-written TRL {hand:,.0f} tok/s: {ratios[-1]:.3f}x "
                   f"(optimizer {optim}; largest loss difference over {len(lp_losses)} steps {gap:.2g})")
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [min(ratios), 0, max(ratios)]
     print(f"launchpad up / hand-written SFTTrainer, tokens/s of training: {statistics.median(ratios):.3f}x "
-          f"(median of {len(ratios)}; goal >= 0.98x)")
+          f"(median of {len(ratios)}, quartiles {q[0]:.3f}-{q[2]:.3f}; goal >= 0.98x)")
 
 
 def main() -> None:
