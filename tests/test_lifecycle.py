@@ -77,7 +77,14 @@ def pid_running(pid: int) -> bool:
 def popen_cli(home: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "LAUNCHPAD_HOME": str(home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     return subprocess.Popen([sys.executable, "-m", "launchpad", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, preexec_fn=_ctrl_c_as_at_a_terminal)
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A shell without job control starts background commands (`pytest &` in a script) with SIGINT
+    # ignored, and children inherit that: Python then installs no KeyboardInterrupt handler and the
+    # Ctrl-C test's signal does nothing. A user's terminal delivers it; so does this.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_up_smoke_recipe_end_to_end(run_cli, launchpad_home):
