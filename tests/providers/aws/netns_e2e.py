@@ -117,7 +117,10 @@ def test_spot_interruption_resumes_on_the_next_offer_from_the_last_checkpoint(ru
             time.sleep(0.2)
         else:
             pytest.fail("no checkpoint before the deadline")
-        assert first is not None and first.get("InstanceLifecycle") == "spot"
+        # read it again: moto registers an instance before it sets its market and disks (a poll that lands
+        # inside RunInstances sees it half-made)
+        first = describe_instance(first["InstanceId"])
+        assert first.get("InstanceLifecycle") == "spot"
         # AWS reclaims the instance: it is terminated with the spot reason, and everything on it dies
         interrupt_spot(first["InstanceId"])
         kill_processes_naming(instance_root / "jobs" / first["InstanceId"])
@@ -138,6 +141,12 @@ def test_spot_interruption_resumes_on_the_next_offer_from_the_last_checkpoint(ru
     resumes = [e["data"].get("checkpoint") for e in db.events(job["id"]) if e["kind"] == "resume"]
     assert resumes and resumes[-1] and "checkpoint-" in resumes[-1]  # from the last checkpoint, not step 0
     assert live_instances() == []
+
+
+def describe_instance(instance_id: str) -> dict:
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    (reservation,) = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return reservation["Instances"][0]
 
 
 def _job_of(inst: dict) -> str:
