@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,6 +82,19 @@ def _existing(path: str, check: bool, *, what: str) -> str:
     return path
 
 
+def _local_or_none(value: str, base_dir: Path | None, *, looks_local: Callable[[str], bool]) -> str | None:
+    """The local path `value` names (file:// stripped, resolved against the recipe's folder), or None for
+    an object-store URI or a Hugging Face id, which stay as written. A name that exists in the recipe's
+    folder is local, as in from_pretrained."""
+    uri = _store_uri(value)
+    if uri:
+        return _local_path(uri[1], base_dir) if uri[0] == "file" else None
+    if (value.startswith(_PATH_START) or not _HF_ID.match(value) or looks_local(value)
+            or (base_dir is not None and (base_dir / value).exists())):
+        return _local_path(value, base_dir)
+    return None
+
+
 def check_base_model(value: str, info: ValidationInfo) -> str:
     value = _no_control_chars(value)
     base_dir, check = validation_context(info)
@@ -89,18 +103,10 @@ def check_base_model(value: str, info: ValidationInfo) -> str:
             names = ", ".join(f"builtin:{b}" for b in BUILTIN_MODELS)
             raise ValueError(f"unknown builtin model (the builtins are: {names})")
         return value
-    uri = _store_uri(value)
-    if uri and uri[0] != "file":
-        return value
-    if uri:  # file://path: a local folder like any other
-        value = uri[1]
-    is_local = (
-        uri is not None or value.startswith(_PATH_START) or value.count("/") > 1 or not _HF_ID.match(value)
-        or (base_dir is not None and (base_dir / value).exists())  # a local folder wins, as in from_pretrained
-    )
-    if not is_local:
-        return value  # a Hugging Face model id
-    path = _existing(_local_path(value, base_dir), check, what="model folder")
+    local = _local_or_none(value, base_dir, looks_local=lambda v: v.count("/") > 1)
+    if local is None:
+        return value  # an object-store URI or a Hugging Face model id
+    path = _existing(local, check, what="model folder")
     if check and not os.path.isdir(path):
         raise ValueError(f"must be a model folder (with config.json), not a file: {path}")
     return path
@@ -109,18 +115,9 @@ def check_base_model(value: str, info: ValidationInfo) -> str:
 def check_dataset_path(value: str, info: ValidationInfo) -> str:
     value = _no_control_chars(value)
     base_dir, check = validation_context(info)
-    uri = _store_uri(value)
-    if uri and uri[0] != "file":
-        return value
-    if uri:
-        value = uri[1]
-    is_local = (
-        uri is not None or value.startswith(_PATH_START) or _FILE_LIKE.search(value) is not None
-        or not _HF_ID.match(value) or (base_dir is not None and (base_dir / value).exists())
-    )
-    if not is_local:
-        return value  # a Hugging Face dataset id
-    path = _local_path(value, base_dir)
+    path = _local_or_none(value, base_dir, looks_local=lambda v: _FILE_LIKE.search(v) is not None)
+    if path is None:
+        return value  # an object-store URI or a Hugging Face dataset id
     if _FILE_LIKE.search(path) and not path.lower().endswith(DATASET_SUFFIXES):
         raise ValueError(f"unsupported file type (use {', '.join(DATASET_SUFFIXES)})")
     return _existing(path, check, what="dataset file")
