@@ -146,4 +146,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..fast_exit import exit_now
+
+    exit_now(main())

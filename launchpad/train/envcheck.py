@@ -178,6 +178,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .fast_exit import exit_now
+    from ..fast_exit import exit_now
 
     exit_now(main())

@@ -1,4 +1,5 @@
-"""Exit a process that has loaded the training stack without the interpreter's final teardown."""
+"""Exit a process that has loaded torch (the trainer, the environment check, the all-reduce probe)
+without the interpreter's final teardown."""
 
 from __future__ import annotations
 
