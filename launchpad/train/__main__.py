@@ -60,7 +60,7 @@ def skip_unused_integrations(spec: Any) -> list[str]:
     Installed, they are imported eagerly by code the job does run (accelerate imports deepspeed, and
     with it mlflow; trl imports wandb): ~1.4 s of every trainer start on 2 CPU cores, for nothing.
     Called before anything imports them; returns the names it marked."""
-    uses = {"deepspeed": spec.deepspeed_config is not None or bool(spec.recipe.deepspeed),
+    uses = {"deepspeed": spec.uses_deepspeed,
             "wandb": bool(getattr(spec.recipe, "wandb_project", None))}
     skipped = [name for name, used in uses.items() if not used and name not in sys.modules]
     for name in skipped:

@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         from .spec import TrainJob
 
         spec = TrainJob.load(args.spec)
-        ds = spec.deepspeed_config is not None or bool(spec.recipe.deepspeed)
-        env["problems"] = problems(spec.recipe, env, deepspeed=ds)
+        env["problems"] = problems(spec.recipe, env, deepspeed=spec.uses_deepspeed)
     if args.out is not None:
         write_env(args.out, env)
     else:

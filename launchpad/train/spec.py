@@ -44,6 +44,11 @@ class TrainJob:
         return self.max_steps if self.max_steps is not None else self.recipe.max_steps
 
     @property
+    def uses_deepspeed(self) -> bool:
+        """A DeepSpeed config carried in the spec, or the recipe's file or preset."""
+        return self.deepspeed_config is not None or bool(self.recipe.deepspeed)
+
+    @property
     def output_dir(self) -> Path:
         """Where HF Trainer writes checkpoint-N folders (scratch; the store holds what counts)."""
         return self.workdir / "output"

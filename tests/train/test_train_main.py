@@ -20,7 +20,8 @@ def test_deepspeed_and_wandb_look_absent_to_every_check_unless_the_job_uses_them
         import importlib.util, json, types
         from launchpad.train.__main__ import skip_unused_integrations
 
-        spec = types.SimpleNamespace(deepspeed_config=None, recipe=types.SimpleNamespace({recipe}))
+        recipe = types.SimpleNamespace({recipe})
+        spec = types.SimpleNamespace(uses_deepspeed=bool(recipe.deepspeed), recipe=recipe)
         skipped = skip_unused_integrations(spec)
         from accelerate.utils import is_deepspeed_available
         from transformers import is_wandb_available
