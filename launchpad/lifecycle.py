@@ -328,15 +328,17 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                 polls += 1
                 if self._torn_down(job_id):
                     raise self._stopped(job_id)
-                progress, check = None, polls % STATUS_EVERY_POLLS == 0
-                if not check:
+                progress: JobProgress | None = None
+                if polls % STATUS_EVERY_POLLS:  # else: ask the provider whether the instance still exists
                     try:
                         progress = provider.progress(instance)
-                        check = not progress.running  # ended: by itself, or with its machine (preempted)?
                     except LaunchpadError:
-                        check = True  # unreachable: is the instance still there?
-                if check:
+                        pass  # unreachable: is the instance still there?
+                if progress is None or not progress.running:  # ended: by itself, or with its machine (preempted)?
                     state = self._instance_state(provider, instance)  # UNKNOWN when the provider cannot tell
+                    if progress is None and state not in _GONE:
+                        progress = self._heartbeat(job_id, provider, instance)  # None: missed, the instance is there
+                    state = self._settled_state(provider, instance, progress, state)  # killed by a signal: ask again
                     if state in _GONE:
                         with self.locks.step(job_id):
                             if self._torn_down(job_id):
@@ -344,10 +346,8 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                             self._record_loss(job_id, instance, state)
                         return self._auto_resume(job_id, f"instance {instance.id} was {state.value}")
                 if progress is None:
-                    progress = self._heartbeat(job_id, provider, instance)  # None: missed, the instance is there
-                    if progress is None:
-                        time.sleep(POLL_SECONDS)
-                        continue
+                    time.sleep(POLL_SECONDS)
+                    continue
                 self._record_progress(job_id, progress)
                 self.reporter.progress(job_id, progress)
                 if not progress.running:
@@ -384,6 +384,11 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
         progress = provider.progress(instance)
         self._record_progress(job_id, progress)
         if not progress.running:
+            state = self._settled_state(provider, instance, progress, state)  # killed by a signal: reclaimed?
+            if state in _GONE:
+                self._record_loss(job_id, instance, state)
+            if state in _GONE or state is InstanceState.UNKNOWN:
+                return self.db.job(job_id)  # reclaimed; or cannot tell now, and asked again next time
             try:
                 self._finish(job_id, instance, progress)
             except JobFailed:

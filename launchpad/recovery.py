@@ -47,6 +47,8 @@ STRATEGIES = ("anywhere", "same-region", "next-region")
 MAX_AUTO_RESUMES = 3  # preemptions survived per `up`/`resume` without --recover; the default --max-restarts
 HEARTBEAT_GIVE_UP_SECONDS = 1800.0  # a following client stops waiting for a heartbeat after this (the job runs on)
 LOSS_WINDOW_SECONDS = 3600.0  # a lost instance steers (and a reclaimed offer is skipped by) the next hour's attempts
+SETTLE_UNKNOWN_SECONDS = 30.0  # a trainer killed by a signal: how long an API that cannot answer is asked again
+SETTLE_RUNNING_SECONDS = 2.0  # ... and the pause before an API that says "running" is asked once more
 _LOSSES = ("preempted", "lost")
 
 
@@ -259,6 +261,27 @@ class RecoverySteps:
         except ProviderError as e:
             log.warning("%s: cannot ask for its state now: %s", instance.id, e)
             return InstanceState.UNKNOWN
+
+    def _settled_state(self, provider: Provider, instance: Instance, progress: JobProgress | None,
+                       state: InstanceState) -> InstanceState:
+        """`state`, asked again when the trainer was killed by a signal but the instance is not known to be
+        gone: from the client, a reclaimed machine looks exactly like that, and one answer decides between
+        resuming by itself and stopping for the user. An API that could not answer (UNKNOWN: a network blip,
+        a 503) is asked with back-off for up to SETTLE_UNKNOWN_SECONDS; one that says the instance runs is
+        asked once more after SETTLE_RUNNING_SECONDS, as a cloud can record the reclaim a moment after the
+        processes on it died."""
+        code = progress.exit_code if progress is not None and not progress.running else None
+        if code is None or code >= 0 or state in (InstanceState.TERMINATED, InstanceState.PREEMPTED):
+            return state
+        if state is not InstanceState.UNKNOWN:
+            time.sleep(SETTLE_RUNNING_SECONDS)
+            return self._instance_state(provider, instance)
+        deadline, delay = time.monotonic() + SETTLE_UNKNOWN_SECONDS, 1.0
+        while state is InstanceState.UNKNOWN and time.monotonic() + delay <= deadline:
+            time.sleep(delay)
+            delay = min(2 * delay, 8.0)
+            state = self._instance_state(provider, instance)
+        return state
 
     def _heartbeat(self, job_id: str, provider: Provider, instance: Instance) -> JobProgress | None:
         """The agent's heartbeat, or None when it cannot be read now while the instance is not known to be

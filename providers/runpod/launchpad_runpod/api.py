@@ -132,6 +132,8 @@ def bid_resume_mutation(pod_id: str, bid_per_gpu: float, gpu_count: int) -> str:
 
 def sdk():
     """The SDK modules used here (importing `runpod` costs ~2 s: only when an API call is made)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         from runpod import error
         from runpod.api import graphql
@@ -139,6 +141,11 @@ def sdk():
         from runpod.api.queries import pods as queries
     except ImportError:
         raise NotConfigured("the runpod SDK is not installed", provider=NAME, hint="pip install launchpad-runpod") from None
+    finally:
+        # the SDK calls logging.basicConfig(level=INFO) on import (runpod.serverless.utils.rp_upload): every
+        # library's INFO line (botocore's "Found credentials ...", ours) would reach the user's terminal
+        root.handlers[:] = handlers
+        root.setLevel(level)
     return graphql, queries, mutations, error
 
 

@@ -4,30 +4,17 @@ reach a real address, whatever a subprocess (agent, trainer, sshd) tries."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from launchpad.testing_netns import run_scenarios_offline
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.object_store]
 
 
 def test_fault_scenarios_in_a_loopback_only_network_namespace(tmp_path):
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.fail("needs util-linux's unshare and iproute2's ip (.ci/run installs them)")
-    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider --timeout 900 "
-             f"--log-level=WARNING --durations=10 --basetemp {tmp_path / 'inner'} {HERE / 'netns_faults.py'}")
-    env = {**os.environ, "LAUNCHPAD_NETNS": "1"}
-    env.pop("AWS_ENDPOINT_URL", None)
-    proc = subprocess.run(["unshare", "-n", "sh", "-c", inner], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=2400)
-    report = proc.stdout[-8000:] + proc.stderr[-4000:]
-    print(proc.stdout[-3000:])  # the inner run's durations, shown with -s
-    assert proc.returncode == 0, report
-    assert "7 passed" in proc.stdout.splitlines()[-1], report
+    out = run_scenarios_offline(HERE / "netns_faults.py", tmp_path, passed=7, drop_env=("AWS_ENDPOINT_URL",), durations=10)
+    print(out[-3000:])  # the inner run's durations, shown with -s

@@ -4,28 +4,16 @@ reach a real address, whatever a subprocess (the CLI, agent, trainer, sshd) trie
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from launchpad.testing_netns import run_scenarios_offline
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.object_store]
 
 
 def test_end_to_end_scenarios_in_a_loopback_only_network_namespace(tmp_path):
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.fail("needs util-linux's unshare and iproute2's ip (.ci/run installs them)")
-    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider --timeout 900 --log-level=WARNING "
-             f"--basetemp {tmp_path / 'inner'} {HERE / 'netns_e2e.py'}")
-    env = {**os.environ, "LAUNCHPAD_NETNS": "1"}
-    proc = subprocess.run(["unshare", "-n", "sh", "-c", inner], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=2400)
-    report = proc.stdout[-8000:] + proc.stderr[-4000:]
-    assert proc.returncode == 0, report
-    assert "3 passed" in proc.stdout.splitlines()[-1], report
+    run_scenarios_offline(HERE / "netns_e2e.py", tmp_path, passed=3)

@@ -89,7 +89,9 @@ def test_up_smoke_recipe_succeeds_after_a_sold_out_gpu_with_its_checkpoint_in_s3
 
 def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_api, pod_root, launchpad_home, tmp_path):
     path = recipe(tmp_path, "runpod-spot", steps=80, every=10, spot=True)
-    env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    # one try per API call: the injected 503s below reach the lifecycle instead of tenacity's retries
+    env = {**os.environ, "LAUNCHPAD_HOME": str(launchpad_home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200",
+           "LAUNCHPAD_RUNPOD_RETRIES": "1"}
     up = subprocess.Popen([sys.executable, "-m", "launchpad", "up", str(path), "--provider", "runpod", "--json"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
@@ -107,8 +109,11 @@ def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_a
         else:
             pytest.fail("no checkpoint before the deadline")
         assert first is not None and first["podType"] == "INTERRUPTABLE"
-        # RunPod reclaims the pod: it is stopped, and everything in its container dies
+        # RunPod reclaims the pod: it is stopped, and everything in its container dies; and the API answers
+        # the next two questions about the pod with a 503 (INJECTED): a blip at that moment must not make
+        # the reclaim look like a trainer killed on a live pod, which would stop the job for the user
         runpod_api.preempt(first["id"])
+        runpod_api.fail_next("pod", "Service Unavailable", times=2)
         kill_processes_naming(pod_root / "jobs" / first["id"])
         out, err = up.communicate(timeout=900)
     finally:
@@ -120,6 +125,7 @@ def test_a_reclaimed_interruptible_pod_resumes_from_the_last_checkpoint(runpod_a
     events = list(StateDB(launchpad_home / "state.db").events(job["id"]))
     kinds = [e["kind"] for e in events]
     assert "preempted" in kinds and "auto-resume" in kinds
+    assert runpod_api.failures_left("pod") == 0  # both 503s were answered to the `up` that resumed
     tried = [e["data"]["offer"] for e in events if e["kind"] == "provision:ok"]
     assert len(tried) == 2 and tried[0] != tried[1]  # the next offer, not the reclaimed one again
     resumes = [e["data"].get("checkpoint") for e in events if e["kind"] == "resume"]

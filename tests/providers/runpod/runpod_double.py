@@ -108,6 +108,11 @@ class RunPodDouble:
             assert pod["podType"] == "INTERRUPTABLE", "only interruptible pods are reclaimed"
             pod.update(desiredStatus="EXITED", runtime=None, lastStatusChange=f"Exited by Runpod: {time.ctime()}")
 
+    def failures_left(self, operation: str) -> int:
+        """How many injected failures of `operation` have not been answered yet."""
+        with self._lock:
+            return sum(x["left"] for x in self._failures if x["op"] == operation)
+
     def live(self) -> list[dict[str, Any]]:
         """Pods that exist (running or stopped): what still bills."""
         with self._lock:

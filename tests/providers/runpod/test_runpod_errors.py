@@ -5,6 +5,9 @@ the other refusals are INJECTED (`fail_next`): nothing here can empty a real Run
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from runpod_double import SOLD_OUT
 from runpod_helpers import cheap_offer
@@ -101,3 +104,13 @@ def test_the_sold_out_message_is_the_sdks_query_error():
 
     err = classify(SOLD_OUT, "podRentInterruptable")
     assert isinstance(err, NoCapacity) and err.scope == "offer"
+
+
+def test_the_sdk_leaves_the_users_logging_alone():
+    """runpod's import calls logging.basicConfig(level=INFO): a CLI run then printed every library's INFO line."""
+    code = ("import logging; from launchpad_runpod import api; api.sdk(); "
+            "logging.getLogger('botocore.credentials').info('Found credentials in environment variables.'); "
+            "root = logging.getLogger(); print(len(root.handlers), root.level)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", str(30)] and "Found credentials" not in proc.stderr, proc.stdout + proc.stderr
