@@ -313,7 +313,7 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
         resume_dir = Path(recipe.checkpoint.resume_from)
         start_step = _start_from_folder(resume_dir, status)
     from .packing import keep_rows
-    from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to
+    from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to, throttle_tensorboard_flush
 
     os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
     report = report_to(recipe, log=log if ranks.is_main else lambda _m: None)
@@ -339,8 +339,6 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     save_now = spec.save_now_flag if ranks.is_node_main else spec.workdir / f".no-save-now-{ranks.rank}"
     before, after = make_distributed_callbacks(ranks, store, spec.job_id, log=log)
     mirror = RunsMirror(store, spec.job_id, spec.workdir / "runs", log=log) if ranks.is_main and "tensorboard" in report else None
-    if mirror is not None:
-        after = [*after, mirror_callback(mirror)]
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -352,6 +350,9 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     )
     trainer.remove_callback(PrinterCallback)  # our ProgressCallback prints one line per logging step
     guard_integrations(trainer, report, log=log)  # a failing metrics backend never ends the run
+    flush_tensorboard = throttle_tensorboard_flush(trainer)
+    if mirror is not None:  # last, as before: the checkpoint is saved, the event file flushed, then copied
+        trainer.add_callback(mirror_callback(mirror, flush=flush_tensorboard))
     if args.packing and trainer.train_dataset is not None:
         log(f"sample packing: {len(dataset)} rows in {len(trainer.train_dataset)} sequences of up to "  # type: ignore[arg-type]
             f"{recipe.sequence_len} tokens (position ids restart at each row)")
