@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from launchpad.testing_netns import run_scenarios_offline
-
-pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
 
 SCENARIOS = '''
 import os, socket, sys
