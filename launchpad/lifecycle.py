@@ -39,13 +39,12 @@ from .phases import record_agent_phases, sync_facts
 from .plugins import emit_job_event
 from .preflight import preflight_step
 from .provider import Provider
-from .recovery import RecoverySteps
+from .recovery import GONE, RecoverySteps
 from .state import JobOptions, JobRecord, StateDB
 from .teardown import TeardownSteps
 
 POLL_SECONDS = 1.0
 STATUS_EVERY_POLLS = 10  # ask the provider whether the instance still exists every N polls
-_GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)
 
 
 class Reporter(Protocol):
@@ -336,10 +335,10 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
                         pass  # unreachable: is the instance still there?
                 if progress is None or not progress.running:  # ended: by itself, or with its machine (preempted)?
                     state = self._instance_state(provider, instance)  # UNKNOWN when the provider cannot tell
-                    if progress is None and state not in _GONE:
+                    if progress is None and state not in GONE:
                         progress = self._heartbeat(job_id, provider, instance)  # None: missed, the instance is there
                     state = self._settled_state(provider, instance, progress, state)  # killed by a signal: ask again
-                    if state in _GONE:
+                    if state in GONE:
                         with self.locks.step(job_id):
                             if self._torn_down(job_id):
                                 continue  # not a preemption: `down` did it (raised at the loop's top)
@@ -378,18 +377,15 @@ class Lifecycle(TeardownSteps, StatusRows, RecoverySteps):
         state = provider.status(instance)
         if state is InstanceState.UNKNOWN:
             return job  # cannot tell: never call it gone (it may still bill); status shows "unknown"
-        if state in _GONE:
-            self._record_loss(job_id, instance, state)
-            return self.db.job(job_id)
-        progress = provider.progress(instance)
-        self._record_progress(job_id, progress)
-        if not progress.running:
+        progress = None
+        if state not in GONE:
+            progress = provider.progress(instance)
+            self._record_progress(job_id, progress)
             state = self._settled_state(provider, instance, progress, state)  # killed by a signal: reclaimed?
-            if state in _GONE:
-                self._record_loss(job_id, instance, state)
-            if state in _GONE or state is InstanceState.UNKNOWN:
-                return self.db.job(job_id)  # reclaimed; or cannot tell now, and asked again next time
-            try:
+        if state in GONE:
+            self._record_loss(job_id, instance, state)
+        elif progress is not None and not progress.running and state is not InstanceState.UNKNOWN:
+            try:  # UNKNOWN after a death by a signal: asked again at the next refresh
                 self._finish(job_id, instance, progress)
             except JobFailed:
                 pass  # recorded in the job; status shows it

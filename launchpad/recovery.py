@@ -50,6 +50,7 @@ LOSS_WINDOW_SECONDS = 3600.0  # a lost instance steers (and a reclaimed offer is
 SETTLE_UNKNOWN_SECONDS = 30.0  # a trainer killed by a signal: how long an API that cannot answer is asked again
 SETTLE_RUNNING_SECONDS = 2.0  # ... and the pause before an API that says "running" is asked once more
 _LOSSES = ("preempted", "lost")
+GONE = (InstanceState.TERMINATED, InstanceState.PREEMPTED)  # the instance is no more: a loss, unless `down` did it
 
 
 def check_recovery_options(max_restarts: int | None, strategy: str | None) -> None:
@@ -271,7 +272,7 @@ class RecoverySteps:
         asked once more after SETTLE_RUNNING_SECONDS, as a cloud can record the reclaim a moment after the
         processes on it died."""
         code = progress.exit_code if progress is not None and not progress.running else None
-        if code is None or code >= 0 or state in (InstanceState.TERMINATED, InstanceState.PREEMPTED):
+        if code is None or code >= 0 or state in GONE:
             return state
         if state is not InstanceState.UNKNOWN:
             time.sleep(SETTLE_RUNNING_SECONDS)
