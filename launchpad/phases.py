@@ -30,7 +30,7 @@ from typing import Any
 
 PHASES = ("provision", "reachable", "sync", "environment", "launch", "prewarm", "loading", "first_step")
 #: the synced event's data taken from `VMProvider.last_sync`
-_SYNC_KEYS = ("phases", "venv", "installer", "source", "env_seconds", "wheel_cache", "wheel", "bytes")
+_SYNC_KEYS = ("phases", "venv", "installer", "source", "env_seconds", "wheel_cache", "wheel", "bytes", "nodes")
 #: the agent's and the trainer's marks (status.json "phase_times") that phase spans are made of
 _AGENT_MARKS = ("starting", "prewarm", "prewarm_done", "trainer_start", "loading", "training", "first_step")
 

@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from .errors import ProviderError, TransientError
+
+
+def part_name(path: str) -> str:
+    """The temporary name a file is written under before its rename to `path`: unique per process and
+    thread, so two writers of the same file (nodes that share a disk, synced in parallel) never mix."""
+    return f"{path}.part-{os.getpid()}-{threading.get_ident():x}"
+
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 Stdin = bytes | str | BinaryIO | None
@@ -152,7 +160,7 @@ class ExecFiles:
         self._put(data, len(data), remote, mode, os.path.basename(remote))
 
     def _put(self, stdin, size: int, remote: str, mode: int, what: str) -> None:
-        tmp = f"{absolute(remote)}.part-{os.getpid()}"
+        tmp = part_name(absolute(remote))
         res = self.run(["sh", "-c", _PUT, "sh", tmp, remote, format(mode, "o"), str(size)],
                        stdin=stdin, timeout=None, check=False)
         if res.rc != 0:
@@ -163,7 +171,7 @@ class ExecFiles:
         if st is None:
             raise ProviderError(f"{self.label}: {remote} does not exist")
         local = Path(local)
-        tmp = local.with_name(f"{local.name}.part-{os.getpid()}")
+        tmp = Path(part_name(str(local)))
         done = 0
         try:
             with open(tmp, "wb") as f:  # exactly the size stat saw: a growing file (a log) is cut there

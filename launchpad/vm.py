@@ -34,17 +34,15 @@ import time
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .errors import ProviderError
 from .jobspec import JobSpec
 from .models import Bundle, CheckpointRef, Instance, JobProgress, TrainHandle
+from .per_node import run_per_node
 from .provider import Provider
 from .transport import CommandRunner, ConnectionLost, RemoteCommandFailed
 from .vm_preflight import MultiNodePreflight
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("launchpad.ssh")
 
@@ -59,7 +57,9 @@ _MKDIR_PRIVATE = 'umask 077 && mkdir -p -- "$@" && chmod 700 "$@"'  # absolute p
 
 class VMProvider(MultiNodePreflight, Provider):
     """Sync/train/progress/logs/checkpoint over a `CommandRunner`. Subclasses implement `ssh_target`
-    (or `transport`) plus the lifecycle methods of `Provider` that create and destroy machines."""
+    (or `transport`) plus the lifecycle methods of `Provider` that create and destroy machines. A
+    multi-node sync calls `transport`, `ssh_target` and `job_spec_extras` from one thread per node (as
+    the reaper already does per instance): they must not share unguarded mutable state."""
 
     #: where launchpad keeps its files on the instance; relative = under the login user's home
     default_root: ClassVar[str] = "~/.launchpad"
@@ -189,29 +189,39 @@ class VMProvider(MultiNodePreflight, Provider):
         return index or None
 
     def sync(self, instance: Instance, bundle: Bundle) -> None:
-        synced: list[dict[str, Any]] = []
-        for node in self.nodes(instance):
-            try:
-                self._sync(node, bundle)
-            except ConnectionLost as e:  # resumable: the wheel and files already sent are not sent again
-                log.info("%s; reconnecting to finish the sync", e)
-                self.drop_connection(node)
-                self._sync(node, bundle)
-            synced.append(self.last_sync)
-        if len(synced) > 1:  # the job's phases span every node; the other figures are rank 0's
-            phases: dict[str, list[float]] = {}
-            for stats in synced:
-                for name, (start, end) in stats.get("phases", {}).items():
-                    span = phases.setdefault(name, [start, end])
-                    span[0], span[1] = min(span[0], start), max(span[1], end)
-            self.last_sync = {**synced[0], "phases": phases}
-
-    def _sync(self, instance: Instance, bundle: Bundle) -> None:
-        """Send the code and the job's files, then prepare the Python environment. `last_sync` gets what
-        was done and when (wall-clock spans: reachable = until the first command on the instance
-        returned, sync = the code and files, environment = the venv set-up and the environment check)."""
+        """Every node at once, one thread each: a node's time goes to its own machine's installs and
+        network, so N nodes take about as long as one (as SkyPilot's parallel setup) instead of N times
+        as long with every GPU billing. Waits for all of them; a failure is raised after that, the
+        lowest rank's first. `last_sync` keeps rank 0's figures, with phases spanning every node."""
         from .wheel import build_wheel
 
+        nodes = self.nodes(instance)
+        wheel = build_wheel()  # once, before the threads
+        if len(nodes) == 1:
+            self.last_sync = self._sync_node(nodes[0], bundle, wheel, "")
+            return
+        synced = run_per_node(lambda node: self._sync_node(node, bundle, wheel, f" ({node.id})"), nodes)
+        phases: dict[str, list[float]] = {}
+        for stats in synced:
+            for name, (start, end) in stats.get("phases", {}).items():
+                span = phases.setdefault(name, [start, end])
+                span[0], span[1] = min(span[0], start), max(span[1], end)
+        per_node = [{"id": node.id, "phases": stats.get("phases", {})} for node, stats in zip(nodes, synced, strict=True)]
+        self.last_sync = {**synced[0], "phases": phases, "nodes": per_node}
+
+    def _sync_node(self, node: Instance, bundle: Bundle, wheel: Path, tag: str) -> dict[str, Any]:
+        try:
+            return self._sync(node, bundle, wheel, tag)
+        except ConnectionLost as e:  # resumable: the wheel and files already sent are not sent again
+            log.info("%s; reconnecting to finish the sync", e)
+            self.drop_connection(node)
+            return self._sync(node, bundle, wheel, tag)
+
+    def _sync(self, instance: Instance, bundle: Bundle, wheel: Path, tag: str) -> dict[str, Any]:
+        """Send the code and the job's files, then prepare the Python environment. Returns what was done
+        and when (wall-clock spans: reachable = until the first command on the instance returned, sync =
+        the code and files, environment = the venv set-up and the environment check). `tag` tells this
+        node's uploads apart in the progress bars."""
         t_start = time.time()
         conn = self.connection(instance)
         root, workdir = self.root(instance), self.workdir(instance)
@@ -220,27 +230,26 @@ class VMProvider(MultiNodePreflight, Provider):
         t_reachable = time.time()
         conn.run(["mkdir", "-p", "--", f"{root}/wheels", f"{root}/venvs"])
 
-        wheel = build_wheel()
         remote_wheel = f"{root}/wheels/{wheel.name}"
         cached = conn.stat(remote_wheel)
         if cached is not None and cached.size == wheel.stat().st_size:  # the name carries the content hash
             stats["wheel"] = "cached"
         else:
-            stats["bytes"] += conn.put_file(wheel, remote_wheel, progress=self._progress(wheel.name), mode=0o644)
+            stats["bytes"] += conn.put_file(wheel, remote_wheel, progress=self._progress(wheel.name + tag), mode=0o644)
             stats["wheel"] = "sent"
 
         recipe = json.loads(json.dumps(dict(bundle.job_spec.recipe)))  # a deep copy
         inputs = f"{workdir}/inputs"
         for i, ds in enumerate(recipe.get("datasets") or []):
             if _is_local(ds.get("path")):
-                ds["path"] = self._push(conn, Path(ds["path"]), f"{inputs}/dataset-{i}", stats)
+                ds["path"] = self._push(conn, Path(ds["path"]), f"{inputs}/dataset-{i}", stats, tag)
         if _is_local(recipe.get("base_model")) and Path(recipe["base_model"]).is_dir():
-            recipe["base_model"] = self._push(conn, Path(recipe["base_model"]), f"{inputs}/model", stats)
+            recipe["base_model"] = self._push(conn, Path(recipe["base_model"]), f"{inputs}/model", stats, tag)
         if _is_local(recipe.get("deepspeed")):
-            recipe["deepspeed"] = self._push(conn, Path(recipe["deepspeed"]), f"{inputs}/deepspeed", stats)
+            recipe["deepspeed"] = self._push(conn, Path(recipe["deepspeed"]), f"{inputs}/deepspeed", stats, tag)
         start = (recipe.get("checkpoint") or {}).get("resume_from")
         if isinstance(start, str) and _is_local(start) and Path(start).is_dir():  # where the first attempt starts
-            recipe["checkpoint"]["resume_from"] = self._push(conn, Path(start), f"{inputs}/resume-from", stats)
+            recipe["checkpoint"]["resume_from"] = self._push(conn, Path(start), f"{inputs}/resume-from", stats, tag)
 
         spec = bundle.job_spec.replace(recipe=recipe, workdir=workdir, status_path=f"{workdir}/status.json",
                                        **self.job_spec_extras(instance))
@@ -251,9 +260,9 @@ class VMProvider(MultiNodePreflight, Provider):
         stats.update(self._prepare_python(conn, instance, spec, wheel, remote_wheel))
         stats["phases"] = {"reachable": [t_start, t_reachable], "sync": [t_reachable, t_files],
                            "environment": [t_files, time.time()]}
-        self.last_sync = stats
         log.info("synced %s: wheel %s, venv %s (%s), %d files (%d bytes) sent",
                  instance.id, stats["wheel"], stats["venv"], stats.get("installer"), stats["files"], stats["bytes"])
+        return stats
 
     def _prepare_python(self, conn: CommandRunner, instance: Instance, spec: JobSpec, wheel: Path,
                         remote_wheel: str) -> dict[str, Any]:
@@ -310,7 +319,7 @@ class VMProvider(MultiNodePreflight, Provider):
         cb = self.transfer_progress
         return (lambda done, total: cb(what, done, total)) if cb else None
 
-    def _push(self, conn, local: Path, remote_dir: str, stats: dict) -> str:
+    def _push(self, conn, local: Path, remote_dir: str, stats: dict, tag: str = "") -> str:
         """Upload a local file or folder into `remote_dir`; returns its remote path. A file whose remote
         copy has the same size and mtime is skipped (rsync's quick check), so a re-sync is cheap."""
         if local.is_file():
@@ -326,7 +335,7 @@ class VMProvider(MultiNodePreflight, Provider):
             st, rst = path.stat(), conn.stat(remote)
             if rst is not None and rst.size == st.st_size and rst.mtime == int(st.st_mtime):
                 continue
-            stats["bytes"] += conn.put_file(path, remote, progress=self._progress(path.name), mode=0o600)
+            stats["bytes"] += conn.put_file(path, remote, progress=self._progress(path.name + tag), mode=0o600)
             conn.set_mtime(remote, st.st_mtime)
             stats["files"] += 1
         return target
@@ -474,3 +483,4 @@ def resolve_root(conn, root: str) -> str:
 
 def _is_local(value: Any) -> bool:
     return isinstance(value, str) and "://" not in value and os.path.isabs(value) and os.path.exists(value)
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import threading
 import zipfile
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def build_wheel(out_dir: str | os.PathLike | None = None, *, package_dir: str | 
     record = "".join(f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}\n" for name, data in entries)
     record += f"{info}/RECORD,,\n"
     entries.append((f"{info}/RECORD", record.encode()))
-    tmp = wheel.with_name(f".{wheel.name}.{os.getpid()}.tmp")
+    tmp = wheel.with_name(f".{wheel.name}.{os.getpid()}.{threading.get_ident():x}.tmp")  # per thread: nodes sync in parallel
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name, data in entries:
             zi = zipfile.ZipInfo(name, date_time=_EPOCH)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ class RichReporter:
         self._prewarm_task: TaskID | None = None
         self._upload: Progress | None = None
         self._upload_tasks: dict[str, TaskID] = {}
+        self._upload_lock = threading.Lock()
         self._last_ckpt: int | None = None
         self._warned = False
 
@@ -96,7 +98,12 @@ class RichReporter:
                               description=p.phase if p.phase not in ("training", "done") else "training")
 
     def transfer(self, what: str, done: int, total: int) -> None:
-        """Upload progress while syncing to a VM (wheel, job files, local datasets)."""
+        """Upload progress while syncing to a VM (wheel, job files, local datasets). Called from one
+        thread per node of a multi-node job, hence the lock."""
+        with self._upload_lock:
+            self._transfer(what, done, total)
+
+    def _transfer(self, what: str, done: int, total: int) -> None:
         upload = self._upload
         if upload is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn

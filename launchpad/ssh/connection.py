@@ -31,6 +31,7 @@ from ..transport import (
     Stdin,
     absolute,
     command_line,
+    part_name,
 )
 from .hostkeys import HostKeyChanged, KnownHosts, install_policy, translate_bad_host_key
 from .target import SSHTarget
@@ -280,7 +281,7 @@ class SSHConnection(ExecFiles):
             return ExecFiles.put_file(self, local, remote, progress=progress, mode=mode)
         local = Path(local)
         size = local.stat().st_size
-        tmp = f"{remote}.part-{os.getpid()}"
+        tmp = part_name(remote)
 
         def put():
             with open(local, "rb") as f:
@@ -296,7 +297,7 @@ class SSHConnection(ExecFiles):
         sftp = self._sftp_client()
         if sftp is None:
             return ExecFiles.put_bytes(self, data, remote, mode=mode)
-        tmp = f"{remote}.part-{os.getpid()}"
+        tmp = part_name(remote)
 
         def put():
             with sftp.open(tmp, "wb") as f:
@@ -312,7 +313,7 @@ class SSHConnection(ExecFiles):
         if sftp is None:
             return ExecFiles.get_file(self, remote, local, progress=progress)
         local = Path(local)
-        tmp = local.with_name(f"{local.name}.part-{os.getpid()}")
+        tmp = Path(part_name(str(local)))
         try:
             if self.stat(remote) is None:
                 raise ProviderError(f"{self.label}: {remote} does not exist")

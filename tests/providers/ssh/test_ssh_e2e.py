@@ -158,3 +158,10 @@ def test_two_nodes_train_one_job_across_both_hosts(ssh_home, sshd_pair, tmp_path
     assert "2 processes (1 per node)" in text and "written on other nodes" in text
     assert latest_checkpoint(open_store(ckpt), job["id"]).step == 8
     assert_released(sshd_pair)
+    # both hosts were set up at the same time, not one after the other: their sync spans overlap
+    from launchpad.state import StateDB
+
+    synced = next(e["data"] for e in StateDB(ssh_home / "state.db").events(job["id"]) if e["kind"] == "synced")
+    (a0, a1), (b0, b1) = ([min(s for s, _ in n["phases"].values()), max(e for _, e in n["phases"].values())]
+                          for n in synced["nodes"])
+    assert a0 < b1 and b0 < a1, synced["nodes"]
