@@ -456,11 +456,6 @@ class VMProvider(MultiNodePreflight, Provider):
         workdir = self.workdir(instance)
         self._call(instance, lambda c: c.run(["rm", "-rf", "--", workdir]))
 
-    def stop_all_agents(self, instance: Instance, grace: float = 10.0) -> None:
-        """`stop_agent` on every node of the job (the last rank first)."""
-        for node in reversed(self.nodes(instance)):
-            self.stop_agent(node, grace)
-
     # -- multi-node preflight: launchpad.vm_preflight (its other hooks) and launchpad.preflight --------
     def run_probe(self, instance: Instance, args: list[str], *, stdin: str, timeout: float):
         """``python -m launchpad.agent.probe ARGS`` in the instance's venv; its `Result` (exit 99: not synced)."""
