@@ -342,8 +342,10 @@ class VMProvider(MultiNodePreflight, Provider):
 
     # -- train / progress / logs / checkpoint -----------------------------------------------------------
     def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
-        handles = [self._launch(node, bundle) for node in self.nodes(instance)]
-        return handles[0]
+        nodes = self.nodes(instance)
+        if len(nodes) == 1:
+            return self._launch(nodes[0], bundle)
+        return run_per_node(lambda node: self._launch(node, bundle), nodes)[0]  # the nodes' agents start together
 
     def _launch(self, instance: Instance, bundle: Bundle) -> TrainHandle:
         argv = ["launch", self.workdir(instance)]
