@@ -239,6 +239,19 @@ def _mlp_saved(shape: ModelShape, s: TrainSetup) -> int:
     return _PLAIN_MLP_SAVED.get(shape.hidden_act, 2)
 
 
+def attention_is_eager(shape: ModelShape, s: TrainSetup) -> tuple[bool, str]:
+    """(eager attention?, why when the architecture, not the setup, decides it). `s.attention` "flash" is
+    FlashAttention-2 for sure (the recipe's flash_attention: true), "sdpa" whatever memory-efficient kernel
+    the machine has: SDPA, or FlashAttention-2 only where flash-attn happens to be installed."""
+    if s.attention == "eager":
+        return True, ""
+    if "flash" not in shape.attention_kernels:
+        return True, "transformers has no FlashAttention-2 or SDPA for this architecture"
+    if "sdpa" not in shape.attention_kernels and s.attention != "flash":
+        return True, "no SDPA for this architecture in transformers, and flash_attention is not true"
+    return False, ""
+
+
 def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
     i = shape.active_intermediate
@@ -250,9 +263,10 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
         drop = sum((c + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
         per_layer += drop
         how += f" + LoRA dropout {drop:g}"
-    if s.attention == "eager":
+    eager, why = attention_is_eager(shape, s)
+    if eager:
         per_layer += shape.heads * s.sequence_len * (4 + c)
-        how += f" + eager softmax heads*seq*(4+{c:g})"
+        how += f" + eager softmax heads*seq*(4+{c:g})" + (f" ({why})" if why else "")
     scale = 0.72 if s.compiled else 1.0  # torchtune's table: compile took 9 of 27 GB of activations
     if s.gradient_checkpointing and s.activation_offload:
         acts = tokens * per_layer * scale
@@ -448,8 +462,10 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
         precision="fp32" if recipe.bf16 is False else "bf16",
         fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)),
-        # launchpad's trainer runs FlashAttention-2 or PyTorch SDPA, never eager attention
-        attention="flash", loss="standard", packing=bool(getattr(recipe, "sample_packing", False)),
+        # FlashAttention-2 when the recipe insists, else SDPA (or FlashAttention-2 where installed); eager only
+        # where transformers has neither for the architecture (attention_is_eager)
+        attention="flash" if getattr(recipe, "flash_attention", "auto") is True else "sdpa", loss="standard",
+        packing=bool(getattr(recipe, "sample_packing", False)),
         gradient_accumulation_steps=int(getattr(recipe, "gradient_accumulation_steps", 1)),
     )
 

@@ -35,6 +35,13 @@ _PLAIN_MLP = {"gpt2", "gpt_neox", "gptj", "bloom", "falcon", "phi", "mpt", "star
               "codegen", "stablelm_epoch", "cerebras", "replit_lm", "mamba", "arcee"}  # arcee: ReLU^2
 # The activation of a two-matrix MLP, where config.json does not name it: Hugging Face's default per model_type
 _PLAIN_ACT = {"gpt2": "gelu_new", "gptj": "gelu_new", "codegen": "gelu_new", "phi": "gelu_new", "opt": "relu"}
+# What attention kernels transformers 5 has for a model_type's class (a test checks the ones in
+# configs/model_shapes.yaml against the installed transformers). Without either, training runs eager
+# attention, whose scores and probabilities grow with the square of the sequence; without SDPA, it does so
+# unless FlashAttention-2 is there (flash-attn installed, an Ampere or newer GPU).
+_EAGER_ONLY = {"bloom", "mpt", "xglm", "openai-gpt", "gpt_neox_japanese", "cpmant", "deepseek_v4", "hy_v4"}
+_FLASH_NOT_SDPA = {"gemma2", "gpt_oss", "gpt_neo", "vaultgemma", "granite_swa", "granitemoe_swa", "mimo_v2_flash",
+                   "flint"}
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}
@@ -73,6 +80,9 @@ class ModelShape:
     ssm_params: int = 0  # state-space (Mamba) mixers, all layers together
     extra_params: int = 0
     source: str = ""
+    #: the memory-efficient kernels transformers has for it: "flash+sdpa" (most), "flash" (no SDPA: Gemma-2,
+    #: gpt-oss), "" (BLOOM, MPT: eager attention only, whose memory grows with the square of the sequence)
+    attention_kernels: str = "flash+sdpa"
 
     @property
     def hd(self) -> int:
@@ -225,7 +235,9 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     shape = ModelShape(
         name=name, hidden=h, intermediate=inter, layers=layers + decoder_layers, heads=heads,
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,
-        gated_mlp=gated, hidden_act=act, attention_params=attention_params, source=str(cfg.get("source") or ""), **shape_kw)
+        gated_mlp=gated, hidden_act=act, attention_params=attention_params, source=str(cfg.get("source") or ""),
+        attention_kernels="" if mtype in _EAGER_ONLY else "flash" if mtype in _FLASH_NOT_SDPA else "flash+sdpa",
+        **shape_kw)
     extra = decoder_layers * shape.attn_params  # T5 decoder layers' cross-attention
     vision = top.get("vision_params") or _vision_params(top.get("vision_config"))
     extra += int(vision or 0)

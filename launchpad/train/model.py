@@ -81,6 +81,35 @@ def choose_attention(prec: Precision, wanted: bool | str = "auto") -> tuple[str,
     return "flash_attention_2", f"compute capability {major}.{minor}"
 
 
+def attention_support(model_path: str) -> tuple[str, bool, bool] | None:
+    """(class name, has FlashAttention-2, has SDPA) of the class transformers builds for `model_path`'s
+    config; None when it cannot tell (an unknown or remote-code architecture: the load says what is wrong)."""
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        cls: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_path))]
+    except Exception:  # noqa: BLE001 (any failure here is reported by from_pretrained itself)
+        return None
+    flash = bool(getattr(cls, "_supports_flash_attn", False) or getattr(cls, "_supports_flash_attn_2", False))
+    return cls.__name__, flash, bool(getattr(cls, "_supports_sdpa", False))
+
+
+def fit_attention(attn: str, why: str, support: tuple[str, bool, bool] | None) -> tuple[str, str]:
+    """The kernel `choose_attention` picked, stepped down to one the model's class has: transformers refuses
+    to load a model with an implementation its class lacks (BLOOM and MPT have neither FlashAttention-2 nor
+    SDPA, Gemma-3 and Llama-4 no FlashAttention-2), which would fail the job after the machine booted."""
+    if support is None:
+        return attn, why
+    name, flash, sdpa = support
+    if attn == "flash_attention_2" and not flash:
+        attn, why = "sdpa", f"{name} has no FlashAttention-2 in transformers"
+    if attn == "sdpa" and not sdpa:
+        attn, why = "eager", (f"{why}; " if why.startswith(name) else "") + (
+            f"{name} has no SDPA in transformers: eager attention, whose memory grows with the square of sequence_len")
+    return attn, why
+
+
 def choose_optimizer(recipe, log: Callable[[str], None] = print) -> str:
     """The HF `optim` name for the run."""
     name = getattr(recipe, "optimizer", None) or DEFAULT_OPTIMIZER[recipe.adapter]
@@ -162,7 +191,8 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     _set_chat_template(tokenizer, getattr(recipe, "chat_template", None), log)
     if tokenizer.pad_token is None:  # many base models ship without one; eos is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
-    attn, why = choose_attention(prec, getattr(recipe, "flash_attention", "auto"))
+    attn, why = fit_attention(*choose_attention(prec, getattr(recipe, "flash_attention", "auto")),
+                              attention_support(model_path))
     log(f"attention: {attn} ({why})")
     kwargs: dict[str, Any] = {"attn_implementation": attn}
     eight_bit = recipe.adapter == "lora" and bool(getattr(recipe, "load_in_8bit", False))

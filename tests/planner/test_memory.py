@@ -277,7 +277,10 @@ def test_setup_from_recipe(write_recipe) -> None:
     r = write_recipe(adapter="lora", lora_r=16, lora_target_modules=["q_proj", "v_proj"], micro_batch_size=2)
     s = setup_from_recipe(r)
     assert (s.adapter, s.lora_r, s.lora_target_modules, s.micro_batch_size) == ("lora", 16, ("q_proj", "v_proj"), 2)
-    assert (s.attention, s.loss, s.kbit_upcast, s.deepspeed) == ("flash", "standard", True, False)
+    # the machine's memory-efficient kernel (SDPA, or FlashAttention-2 where installed); FlashAttention-2 for
+    # sure only when the recipe says flash_attention: true
+    assert (s.attention, s.loss, s.kbit_upcast, s.deepspeed) == ("sdpa", "standard", True, False)
+    assert setup_from_recipe(write_recipe(adapter="lora", flash_attention=True)).attention == "flash"
     assert setup_from_recipe(write_recipe(adapter="qlora", gradient_checkpointing=False)).gradient_checkpointing
     full = setup_from_recipe(write_recipe(adapter="full", fp32_master_weights=False, deepspeed="zero3"))
     assert (full.fp32_master_weights, full.zero_stage, full.deepspeed) == (False, 3, True)
