@@ -87,6 +87,11 @@ def need_from_recipe(recipe: Any) -> Need:
             raise RecipeError(f"{src or 'recipe'}: resources.gpu: {exc}") from None
 
     shape = _shape_or_error(recipe, src)
+    if recipe.adapter in ("lora", "qlora") and recipe.lora_target_modules is None and shape.n_attention_layers == 0:
+        where = getattr(recipe, "_source_shown", None) or src or "recipe"  # else PEFT fails on the booted machine
+        raise RecipeError(f"{where}: lora_target_modules: {recipe.base_model} has no attention layers, so LoRA's default "
+                          "(the attention projections) adapts nothing: list the linear modules to adapt (Mamba: "
+                          "[in_proj, x_proj, dt_proj]; PEFT refuses its out_proj, so all-linear fails too)")
     setup = setup_from_recipe(recipe)
     memory = estimate_memory(shape, setup)
     params = shape.params
