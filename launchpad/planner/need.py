@@ -91,7 +91,7 @@ def need_from_recipe(recipe: Any) -> Need:
         where = getattr(recipe, "_source_shown", None) or src or "recipe"  # else PEFT fails on the booted machine
         raise RecipeError(f"{where}: lora_target_modules: {recipe.base_model} has no attention layers, so LoRA's default "
                           "(the attention projections) adapts nothing: list the linear modules to adapt (Mamba: "
-                          "[in_proj, x_proj, dt_proj]; PEFT refuses its out_proj, so all-linear fails too)")
+                          "[in_proj, x_proj]; PEFT refuses its out_proj, so all-linear fails too)")
     setup = setup_from_recipe(recipe)
     memory = estimate_memory(shape, setup)
     params = shape.params
