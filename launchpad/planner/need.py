@@ -1,4 +1,5 @@
-"""Recipe -> `Need`: the GPU spec, the memory estimate and the amount of work, read without network I/O."""
+"""Recipe -> `Need`: the GPU spec, the memory estimate and the amount of work; the only network I/O is a few
+small files of a Hub model that is neither bundled nor cached (config.json, the tokenizer's, each cached)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from ..errors import RecipeError
 from .disk import disk_need
 from .memory import GIB, estimate_memory, recipe_shape, setup_from_recipe
+from .model_files import check_chat_template
 from .settings import planner_settings
 from .types import Need
 
@@ -87,8 +89,10 @@ def need_from_recipe(recipe: Any) -> Need:
             raise RecipeError(f"{src or 'recipe'}: resources.gpu: {exc}") from None
 
     shape = _shape_or_error(recipe, src)
+    where = getattr(recipe, "_source_shown", None) or src or "recipe"
+    check_chat_template(recipe, where)  # else the trainer finds out on the booted machine
     if recipe.adapter in ("lora", "qlora") and recipe.lora_target_modules is None and shape.n_attention_layers == 0:
-        where = getattr(recipe, "_source_shown", None) or src or "recipe"  # else PEFT fails on the booted machine
+        # else PEFT fails on the booted machine
         raise RecipeError(f"{where}: lora_target_modules: {recipe.base_model} has no attention layers, so LoRA's default "
                           "(the attention projections) adapts nothing: list the linear modules to adapt (Mamba: "
                           "[in_proj, x_proj]; PEFT refuses its out_proj, so all-linear fails too)")
