@@ -15,6 +15,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+#: model_type values whose transformers class does not keep packed samples apart: ALiBi models (BLOOM, MPT)
+#: build their own masks and ignore the position ids, gpt-oss's sink/sliding-window mask does not look for
+#: packed rows, and state-space/recurrent layers (Mamba, RWKV, the hybrids) carry their state from one sample
+#: into the next. Packed, each sample would see the ones before it in its row, silently. A test feeds two
+#: samples packed and one alone to tiny models of many families and compares the logits; the hybrids are
+#: listed for their recurrent layers without a tiny model each (turning packing off only costs speed).
+PACKING_LEAKS = {"bloom", "mpt", "gpt_oss", "mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm", "jamba", "zamba",
+                 "zamba2", "bamba", "nemotron_h", "falcon_h1", "granitemoehybrid", "lfm2", "qwen3_next"}
+
+
+def packing_leaks(model: Any) -> str | None:
+    """The model's class name when packed samples would see each other in it, else None."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) in PACKING_LEAKS:
+        return type(model).__name__
+    return None
+
 
 class RowPackedCollator:
     """Collates packed sequences (rows with `seq_lengths`) one batch row each: `input_ids`, `labels` and

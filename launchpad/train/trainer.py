@@ -312,12 +312,18 @@ def run(spec: TrainJob, status: StatusWriter) -> int:
     if ref is None and recipe.checkpoint.resume_from:  # the first attempt: the folder the recipe names
         resume_dir = Path(recipe.checkpoint.resume_from)
         start_step = _start_from_folder(resume_dir, status)
-    from .packing import keep_rows
+    from .packing import keep_rows, packing_leaks
     from .reporting import RunsMirror, guard_integrations, integration_env, mirror_callback, report_to, throttle_tensorboard_flush
 
     os.environ.update(integration_env(recipe, spec.workdir))  # read by the integrations when they start
     report = report_to(recipe, log=log if ranks.is_main else lambda _m: None)
     args = training_args(spec, prec, ds_config=ds_config, optim=optim, report=report, evaluate=eval_dataset is not None)
+    if args.packing and (leaky := packing_leaks(model)):
+        args.packing = False  # padded rows instead: slower, but each sample sees only itself
+        if getattr(args, "eval_packing", None):
+            args.eval_packing = False
+        log(f"sample packing: off, {leaky} does not keep packed samples apart in transformers (each would attend "
+            "to the ones before it in its row): training on padded rows")
     if ref is not None and resume_dir is not None and reached_last_step(resume_dir, ref.step, args.max_steps):
         # Finished work stays finished: no step past the last, no new checkpoint, nothing pruned.
         log(f"{ref.name} is the last step of {spec.job_id}: nothing left to train")

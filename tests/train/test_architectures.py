@@ -5,11 +5,14 @@ Whole training runs of a few of them: tests/train/test_attention.py (BLOOM), tes
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from launchpad.recipe import load_recipe
-from launchpad.train.model import Precision, build_model
+from launchpad.train.model import Precision, attention_support, build_model, fit_attention
+from launchpad.train.packing import PACKING_LEAKS, packing_leaks
 from launchpad.train.tiny import ensure_tiny_llama
 
 DIMS = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
@@ -43,16 +46,44 @@ def tokenizer(tmp_path_factory):
     return AutoTokenizer.from_pretrained(ensure_tiny_llama(tmp_path_factory.mktemp("tiny")))
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_each_family_loads_with_its_adapter_and_takes_a_gradient_step(family, tokenizer, tmp_path) -> None:
-    import torch
-    from peft import get_peft_model
+def tiny_model(family: str, tokenizer, tmp_path: Path) -> Path:
+    """A random-init 2-layer model of `family` with the tiny Llama's tokenizer, saved as a local folder."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model_dir = tmp_path / family
     config = AutoConfig.for_model(family, vocab_size=len(tokenizer), **FAMILIES[family])
     AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_packed_samples_see_only_themselves_except_in_the_families_where_packing_is_turned_off(
+        family, tokenizer, tmp_path) -> None:
+    """Two samples packed in one row (position ids restarting, no attention mask: RowPackedCollator's batch)
+    against the second alone: the same logits, or the family is in PACKING_LEAKS (the trainer then trains on
+    padded rows)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tiny_model(family, tokenizer, tmp_path)
+    attn, _ = fit_attention("sdpa", "", attention_support(str(model_dir)))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn).eval()
+    first, second = torch.randint(5, len(tokenizer), (1, 7)), torch.randint(5, len(tokenizer), (1, 5))
+    with torch.no_grad():
+        packed = model(input_ids=torch.cat([first, second], 1), use_cache=False,
+                       position_ids=torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0)).logits[0, 7:]
+        alone = model(input_ids=second, position_ids=torch.arange(5).unsqueeze(0), use_cache=False).logits[0]
+    leaks = not torch.allclose(packed, alone, atol=1e-4)
+    assert leaks == (family in PACKING_LEAKS) and (packing_leaks(model) is not None) == leaks, (family, leaks)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_loads_with_its_adapter_and_takes_a_gradient_step(family, tokenizer, tmp_path) -> None:
+    import torch
+    from peft import get_peft_model
+
+    model_dir = tiny_model(family, tokenizer, tmp_path)
     (tmp_path / "train.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     recipe_file = tmp_path / "r.yaml"
     fields = {"name": "arch", "base_model": str(model_dir), "adapter": "lora", "max_steps": 1,

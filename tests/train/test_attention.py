@@ -51,10 +51,10 @@ def test_each_kernel_steps_down_to_one_the_class_has(tiny_bloom, tmp_path) -> No
 
 
 @pytest.mark.slow  # a real trainer run (~10 s)
-def test_a_bloom_base_trains_with_eager_attention(tiny_bloom, tmp_path) -> None:
+def test_a_bloom_base_trains_with_eager_attention_and_unpacked_rows(tiny_bloom, tmp_path) -> None:
     data = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
     data.update(base_model=str(tiny_bloom), max_steps=30, lora_target_modules=["query_key_value"],
-                lora_modules_to_save=["word_embeddings"])
+                lora_modules_to_save=["word_embeddings"], sample_packing=True)
     data["datasets"][0]["path"] = str(REPO / "recipes" / "data" / "smoke-chat.jsonl")
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
     recipe = load_recipe(tmp_path / "r.yaml")
@@ -67,6 +67,9 @@ def test_a_bloom_base_trains_with_eager_attention(tiny_bloom, tmp_path) -> None:
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert "attention: eager (BloomForCausalLM has no SDPA in transformers" in log
+    # ALiBi ignores the position ids that keep packed samples apart: padded rows instead, and the log says so
+    assert "sample packing: off, BloomForCausalLM does not keep packed samples apart" in log
+    assert "sample packing: " not in log.replace("sample packing: off", "")
     losses = [float(v) for _, v in json.loads((tmp_path / "work" / "status.json").read_text())["losses"]]
     assert len(losses) == 30 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, losses
 
