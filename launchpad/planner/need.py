@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from ..train.packing import PACKING_LEAKS
 from .disk import disk_need
 from .memory import GIB, estimate_memory, recipe_shape, setup_from_recipe
 from .model_files import check_chat_template
@@ -96,6 +97,9 @@ def need_from_recipe(recipe: Any) -> Need:
         raise RecipeError(f"{where}: lora_target_modules: {recipe.base_model} has no attention layers, so LoRA's default "
                           "(the attention projections) adapts nothing: list the linear modules to adapt (Mamba: "
                           "[in_proj, x_proj]; PEFT refuses its out_proj, so all-linear fails too)")
+    if getattr(recipe, "sample_packing", False) and shape.model_type in PACKING_LEAKS:
+        notes.append(f"sample_packing: {shape.model_type} models let packed samples see each other in transformers, "
+                     "so the trainer turns packing off and trains on padded rows (slower; each sample sees only itself)")
     setup = setup_from_recipe(recipe)
     memory = estimate_memory(shape, setup)
     params = shape.params

@@ -83,6 +83,7 @@ class ModelShape:
     #: the memory-efficient kernels transformers has for it: "flash+sdpa" (most), "flash" (no SDPA: Gemma-2,
     #: gpt-oss), "" (BLOOM, MPT: eager attention only, whose memory grows with the square of the sequence)
     attention_kernels: str = "flash+sdpa"
+    model_type: str = ""  # config.json's, when known
 
     @property
     def hd(self) -> int:
@@ -237,7 +238,7 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,
         gated_mlp=gated, hidden_act=act, attention_params=attention_params, source=str(cfg.get("source") or ""),
         attention_kernels="" if mtype in _EAGER_ONLY else "flash" if mtype in _FLASH_NOT_SDPA else "flash+sdpa",
-        **shape_kw)
+        model_type=mtype, **shape_kw)
     extra = decoder_layers * shape.attn_params  # T5 decoder layers' cross-attention
     vision = top.get("vision_params") or _vision_params(top.get("vision_config"))
     extra += int(vision or 0)
