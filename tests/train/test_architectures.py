@@ -6,6 +6,7 @@ Whole training runs of a few of them: tests/train/test_attention.py (BLOOM), tes
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,8 +16,8 @@ from launchpad.train.model import Precision, attention_support, build_model, fit
 from launchpad.train.packing import PACKING_LEAKS, packing_leaks
 from launchpad.train.tiny import ensure_tiny_llama
 
-DIMS = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
-FAMILIES = {  # model_type: config keys beside the tokenizer's vocabulary
+DIMS: dict[str, Any] = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+FAMILIES: dict[str, dict[str, Any]] = {  # model_type: config keys beside the tokenizer's vocabulary
     "gemma2": {**DIMS, "num_key_value_heads": 2, "head_dim": 16},
     "gemma3_text": {**DIMS, "num_key_value_heads": 2, "head_dim": 16},
     "qwen3_moe": {**DIMS, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4,
