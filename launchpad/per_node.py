@@ -14,7 +14,10 @@ T = TypeVar("T")
 
 def run_per_node(fn: Callable[[Instance], T], nodes: Sequence[Instance]) -> list[T]:
     """fn(node) for every node at once, one thread each; the results in rank order once all are done,
-    else the lowest rank's error. Daemon threads: a Ctrl-C is not held up by a node's install."""
+    else the lowest rank's error. Daemon threads: a Ctrl-C is not held up by a node's install. A single
+    node (most jobs) runs in the caller's thread."""
+    if len(nodes) == 1:
+        return [fn(nodes[0])]
     results: list[Any] = [None] * len(nodes)
     errors: list[BaseException | None] = [None] * len(nodes)
 

@@ -197,10 +197,11 @@ class VMProvider(MultiNodePreflight, Provider):
 
         nodes = self.nodes(instance)
         wheel = build_wheel()  # once, before the threads
-        if len(nodes) == 1:
-            self.last_sync = self._sync_node(nodes[0], bundle, wheel, "")
+        several = len(nodes) > 1  # then each node's uploads get a bar of their own
+        synced = run_per_node(lambda node: self._sync_node(node, bundle, wheel, f" ({node.id})" if several else ""), nodes)
+        if not several:
+            self.last_sync = synced[0]
             return
-        synced = run_per_node(lambda node: self._sync_node(node, bundle, wheel, f" ({node.id})"), nodes)
         phases: dict[str, list[float]] = {}
         for stats in synced:
             for name, (start, end) in stats.get("phases", {}).items():
@@ -342,10 +343,7 @@ class VMProvider(MultiNodePreflight, Provider):
 
     # -- train / progress / logs / checkpoint -----------------------------------------------------------
     def train(self, instance: Instance, bundle: Bundle) -> TrainHandle:
-        nodes = self.nodes(instance)
-        if len(nodes) == 1:
-            return self._launch(nodes[0], bundle)
-        return run_per_node(lambda node: self._launch(node, bundle), nodes)[0]  # the nodes' agents start together
+        return run_per_node(lambda node: self._launch(node, bundle), self.nodes(instance))[0]  # agents start together
 
     def _launch(self, instance: Instance, bundle: Bundle) -> TrainHandle:
         argv = ["launch", self.workdir(instance)]

@@ -3,18 +3,18 @@
 Chat and alpaca datasets are rendered with the tokenizer's chat template unless the recipe names one. A base
 (not instruct) model usually has none (Meta-Llama-3-8B, Mistral-7B-v0.1), and the trainer found out on the
 booted machine, after the weights were downloaded. `has_chat_template` answers from a local model folder,
-the Hugging Face cache, or two small files on the Hub (one GET each, 5 s, no retries; `HF_TOKEN` for gated
-repos), and None whenever it cannot tell: the plan never blocks on a guess.
+the Hugging Face cache, or two small files on the Hub (launchpad.planner.hub), and None whenever it cannot
+tell: the plan never blocks on a guess.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from ..errors import RecipeError
+from . import hub
 
 _TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 _MISSING = object()
@@ -31,7 +31,7 @@ def has_chat_template(base_model: str, base_dir: Path | None = None) -> bool | N
         local = base_dir / local
     if local.is_dir():
         return _decide(lambda name: (local / name).read_text(encoding="utf-8") if (local / name).is_file() else None)
-    if base_model.count("/") != 1 or "://" in base_model or base_model.startswith(("/", ".", "~")):
+    if not hub.is_repo_id(base_model):
         return None
     return _decide(lambda name: _hub_text(base_model, name))
 
@@ -58,28 +58,24 @@ def _decide(read) -> bool | None:
 def _hub_text(repo_id: str, name: str):
     """The file's text from the HF cache or the Hub; None when the Hub says it does not exist (404), _MISSING
     when it cannot tell (offline and not cached, gated, any error)."""
-    try:
-        from huggingface_hub import hf_hub_url, try_to_load_from_cache
-        from huggingface_hub.utils import build_hf_headers, get_session
-    except ImportError:
+    if not hub.available():
         return _MISSING
-    cached = try_to_load_from_cache(repo_id, name)
-    if isinstance(cached, str):
-        return Path(cached).read_text(encoding="utf-8")
+    if cached := hub.hf_cached(repo_id, name):
+        return cached.read_text(encoding="utf-8")
     own = _own_cache(repo_id, name)
     if own.is_file() and time.time() - own.stat().st_mtime < _CACHE_SECONDS:  # an earlier plan's read: the file,
         # or an empty marker for "not in the repo"; a day old, it is read again (a repo may add a template)
         text = own.read_text(encoding="utf-8")
         return text if text else None
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if hub.offline():
         return _MISSING
     try:
-        resp = get_session().get(hf_hub_url(repo_id, name), headers=build_hf_headers(), timeout=5, follow_redirects=True)
-    except Exception:  # noqa: BLE001 - offline, DNS, timeouts: cannot tell
+        status, text = hub.get(repo_id, name)
+    except hub.HubUnreachable:
         return _MISSING
-    if resp.status_code not in (200, 404):
+    if status not in (200, 404):
         return _MISSING
-    text = resp.text if resp.status_code == 200 else ""
+    text = text if status == 200 else ""
     own.parent.mkdir(parents=True, exist_ok=True)
     tmp = own.with_name(own.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -61,14 +61,13 @@ def _host_need(params: int, memory: Any, nodes: int) -> tuple[float, str]:
     return HOST_SYSTEM_GB + weights + offload, " + ".join(why)
 
 
-def _shape_or_error(recipe: Any, src: str | None):
+def _shape_or_error(recipe: Any, where: str):
     """The model's shape; an unknown model is a recipe error naming the file and the fix (never "any GPU")."""
     from .shapes import UnknownModel
 
     try:
         return recipe_shape(recipe)
     except UnknownModel as exc:
-        where = getattr(recipe, "_source_shown", None) or src or "recipe"
         raise RecipeError(f"{where}: base_model: {exc}") from None
 
 
@@ -89,8 +88,8 @@ def need_from_recipe(recipe: Any) -> Need:
         except ValueError as exc:
             raise RecipeError(f"{src or 'recipe'}: resources.gpu: {exc}") from None
 
-    shape = _shape_or_error(recipe, src)
-    where = getattr(recipe, "_source_shown", None) or src or "recipe"
+    where = getattr(recipe, "_source_shown", None) or src or "recipe"  # the file as the user named it
+    shape = _shape_or_error(recipe, where)
     check_chat_template(recipe, where)  # else the trainer finds out on the booted machine
     if recipe.adapter in ("lora", "qlora") and recipe.lora_target_modules is None and shape.n_attention_layers == 0:
         # else PEFT fails on the booted machine

@@ -20,7 +20,6 @@ approximated by the dense formula.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from . import hub
 
 # model_type values whose MLP is two matrices (up, down) instead of SwiGLU's three
 _PLAIN_MLP = {"gpt2", "gpt_neox", "gptj", "bloom", "falcon", "phi", "mpt", "starcoder2", "opt", "gpt_bigcode",
@@ -363,34 +363,27 @@ def _hub_cache_file(repo_id: str) -> Path:
 
 
 def _from_hub(repo_id: str) -> tuple[ModelShape | None, str]:
-    """(shape, why not) from the HF cache or launchpad's own, then the Hub unless HF_HUB_OFFLINE is set.
-    One GET with a 5 s timeout and no retries: a plan offline must not hang on huggingface_hub's backoff."""
-    if repo_id.count("/") != 1 or "://" in repo_id or repo_id.startswith(("/", ".", "~")):
+    """(shape, why not) from the HF cache or launchpad's own, then the Hub unless HF_HUB_OFFLINE is set."""
+    if not hub.is_repo_id(repo_id):
         return None, "not a Hugging Face repo id"
-    try:
-        from huggingface_hub import hf_hub_url, try_to_load_from_cache
-        from huggingface_hub.utils import build_hf_headers, get_session
-    except ImportError:
+    if not hub.available():
         return None, "huggingface_hub is not installed"
-    cached = try_to_load_from_cache(repo_id, "config.json")
-    if isinstance(cached, str):
-        return _read_config(Path(cached), repo_id), ""
+    if cached := hub.hf_cached(repo_id, "config.json"):
+        return _read_config(cached, repo_id), ""
     own = _hub_cache_file(repo_id)
     if own.is_file():
         return _read_config(own, repo_id), ""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if hub.offline():
         return None, "its config.json is not cached and HF_HUB_OFFLINE is set"
     try:
-        # HF_TOKEN (for gated repos) is read by huggingface_hub's headers; launchpad never stores it
-        resp = get_session().get(hf_hub_url(repo_id, "config.json"), headers=build_hf_headers(), timeout=5,
-                                 follow_redirects=True)
-    except Exception as exc:  # noqa: BLE001 - offline, DNS, timeouts: the reason goes into the message
-        return None, f"its config.json cannot be downloaded ({exc.__class__.__name__})"
-    if resp.status_code != 200:
-        hint = " (a gated or private repo: set HF_TOKEN)" if resp.status_code in (401, 403) else ""
-        return None, f"the Hub answered {resp.status_code} for its config.json{hint}"
+        status, text = hub.get(repo_id, "config.json")
+    except hub.HubUnreachable as exc:
+        return None, f"its config.json cannot be downloaded ({exc})"
+    if status != 200:
+        hint = " (a gated or private repo: set HF_TOKEN)" if status in (401, 403) else ""
+        return None, f"the Hub answered {status} for its config.json{hint}"
     try:
-        config = json.loads(resp.text)
+        config = json.loads(text)
     except ValueError:
         return None, "the Hub's config.json is not JSON"
     own.parent.mkdir(parents=True, exist_ok=True)
