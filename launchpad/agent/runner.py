@@ -38,7 +38,7 @@ from ..train.status import (
     is_disk_full,
     newest_checkpoint_dir,
 )
-from . import FILES, write_pidfile
+from . import FILES, proctree, write_pidfile
 from .nvme import choose_data_dir, read_lsblk
 from .preemption import PreemptionWatcher
 from .prewarm import prewarm
@@ -151,12 +151,13 @@ class Agent:
         trainer = self.trainer
         if trainer is None or trainer.poll() is not None:
             return
+        tree = proctree.track(trainer.pid)  # its workers, found while they are still its children
         trainer.send_signal(signal.SIGTERM)
         if grace is not None:
             try:
                 trainer.wait(grace)
             except subprocess.TimeoutExpired:
-                trainer.kill()
+                proctree.kill(tree)  # trainer.kill() alone would leave torchrun's workers running
                 trainer.wait()
 
     def _signal(self, signum, _frame) -> None:  # teardown: stop the trainer, then ourselves
@@ -306,7 +307,7 @@ class Agent:
                     self.trainer.send_signal(signal.SIGTERM)
                     stopped_for_disk = now
                 elif stopped_for_disk is not None and now - stopped_for_disk > DISK_FULL_STOP_GRACE:
-                    self.trainer.kill()
+                    proctree.kill(proctree.track(self.trainer.pid))
             time.sleep(0.5)
         self.log(f"trainer exited with {code}")
         self._write_exit(code)

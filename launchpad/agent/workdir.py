@@ -16,14 +16,13 @@ import dataclasses
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..train.status import DISK_FULL_PREFIX, disk_full_message, disk_nearly_full
-from . import FILES, pid_alive, process_start_time
+from . import FILES, pid_alive, process_start_time, proctree
 
 
 @dataclass(frozen=True)
@@ -74,14 +73,16 @@ def job_running(workdir: Path) -> bool:
 
 
 def stop(workdir: Path, grace: float = 10.0) -> list[int]:
-    """SIGTERM the agent's process group (its trainer goes with it) and the trainer, then SIGKILL
-    whatever is left after `grace` seconds. Returns the pids that were running."""
+    """SIGTERM the agent's process group (its trainer goes with it) and the trainer, wait up to `grace`
+    seconds for them and every process they started to end, then SIGKILL whatever is left, torchrun's
+    workers (sessions of their own) included, and wait for the kernel to end those. When it returns,
+    nothing of the job writes into `workdir` any more. Returns the pids that were running."""
     pids = [p for p in (pid_alive(workdir / FILES["agent_pid"]), pid_alive(workdir / FILES["trainer_pid"])) if p]
+    tree = proctree.track(*pids)  # before any signal, while every worker is still its launcher's child
     _signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(process_start_time(p) for p in pids):
-        time.sleep(0.1)
+    proctree.wait_gone(tree, grace)
     _signal_all([p for p in pids if process_start_time(p)], signal.SIGKILL)
+    proctree.kill(tree)
     return pids
 
 

@@ -41,6 +41,7 @@ from launchpad.models import (
     Offer,
     TeardownMode,
 )
+from launchpad.per_node import run_per_node
 from launchpad.plugins import hookimpl
 from launchpad.preflight import Promise
 from launchpad.ssh.hostkeys import HostKeyChanged
@@ -75,7 +76,7 @@ printf '%s\n' "$owner" > "$root/claim/owner.json.tmp" && mv -f -- "$root/claim/o
 # Delete the job's directory, then release the claim if (and only if) this job holds it.
 _RELEASE = r"""
 root=$1 job=$2 workdir=$3
-rm -rf -- "$workdir"
+rm -rf -- "$workdir" 2>/dev/null || { sleep 1; rm -rf -- "$workdir"; }
 if [ "$(cat -- "$root/claim/job" 2>/dev/null)" = "$job" ]; then rm -rf -- "$root/claim"; echo released; fi
 """
 
@@ -301,8 +302,17 @@ class SSHProvider(VMProvider):
         return _owner(conn.run(["sh", "-c", _READ_CLAIM, "sh", root]).stdout)
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
-        for node in reversed(self.nodes(instance)):
+        nodes = self.nodes(instance)
+        if len(nodes) > 1:
+            # Every node's trainer at once: a worker stopped alone waits in a collective for its peers,
+            # which would hold each node for the whole grace period, one after another.
+            run_per_node(self._stop_node_agent, [n for n in nodes if self.host(n.data.get("host", ""))])
+        for node in reversed(nodes):
             self._teardown_node(node, mode)
+
+    def _stop_node_agent(self, instance: Instance) -> None:
+        self._roots[instance.id] = instance.data["root"]
+        self.stop_agent(instance)
 
     def _teardown_node(self, instance: Instance, mode: TeardownMode) -> None:
         host = self.host(instance.data.get("host", ""))
@@ -311,8 +321,7 @@ class SSHProvider(VMProvider):
                                 "so launchpad cannot reach it; it may still be running", provider=self.name,
                                 hint="put the host back under that name and run `launchpad down` again")
         root = instance.data["root"]
-        self._roots[instance.id] = root
-        self.stop_agent(instance)
+        self._stop_node_agent(instance)
         conn = self.connection(instance)
         if mode is TeardownMode.STOP and host.stop_command:
             if self._read_claim(conn, root).get("job_id") == instance.job_id:
