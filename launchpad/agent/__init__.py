@@ -26,14 +26,19 @@ FILES = {
 }
 
 
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of `pid` (guards against pid reuse), or None if it is gone or a zombie."""
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: [state, ppid, pgrp, session, ...], or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (guards against pid reuse), or None if it is gone or a zombie."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
         return None
     return fields[19]
 

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from . import process_start_time
+from . import process_start_time, stat_fields
 
 Tracked = dict[int, str]  # pid -> the kernel's start time of that very process
 
@@ -25,15 +25,8 @@ def _children() -> dict[int, list[int]]:
     except OSError:
         return kids
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
+        if name.isdigit() and (fields := stat_fields(int(name))) is not None:
+            kids.setdefault(int(fields[1]), []).append(int(name))
     return kids
 
 
@@ -46,7 +39,7 @@ def grow(tracked: Tracked) -> Tracked:
     """`tracked` plus every live descendant of its live members (call it again to catch new children)."""
     out = dict(tracked)
     kids = _children()
-    todo = [pid for pid in alive(tracked)]
+    todo = list(alive(tracked))
     while todo:
         for child in kids.get(todo.pop(), ()):
             start = process_start_time(child)

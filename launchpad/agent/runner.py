@@ -151,7 +151,8 @@ class Agent:
         trainer = self.trainer
         if trainer is None or trainer.poll() is not None:
             return
-        tree = proctree.track(trainer.pid)  # its workers, found while they are still its children
+        # its workers, found while they are still its children (only needed if it may come to a SIGKILL)
+        tree = proctree.track(trainer.pid) if grace is not None else {}
         trainer.send_signal(signal.SIGTERM)
         if grace is not None:
             try:

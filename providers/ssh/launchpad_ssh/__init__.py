@@ -303,10 +303,10 @@ class SSHProvider(VMProvider):
 
     def teardown(self, instance: Instance, mode: TeardownMode = TeardownMode.TERMINATE) -> None:
         nodes = self.nodes(instance)
-        if len(nodes) > 1:
-            # Every node's trainer at once: a worker stopped alone waits in a collective for its peers,
-            # which would hold each node for the whole grace period, one after another.
-            run_per_node(self._stop_node_agent, [n for n in nodes if self.host(n.data.get("host", ""))])
+        # Every node's trainer at once: a worker stopped alone waits in a collective for its peers, which
+        # would hold each node for the whole grace period, one after another. A host no longer listed is
+        # left to _teardown_node, which says so.
+        run_per_node(self._stop_node_agent, [n for n in nodes if self.host(n.data.get("host", ""))])
         for node in reversed(nodes):
             self._teardown_node(node, mode)
 
@@ -320,8 +320,7 @@ class SSHProvider(VMProvider):
             raise ProviderError(f"{instance.id}: host {instance.data.get('host')!r} is no longer in {self.hosts_path}, "
                                 "so launchpad cannot reach it; it may still be running", provider=self.name,
                                 hint="put the host back under that name and run `launchpad down` again")
-        root = instance.data["root"]
-        self._stop_node_agent(instance)
+        root = instance.data["root"]  # its agent was stopped by teardown, with every other node's
         conn = self.connection(instance)
         if mode is TeardownMode.STOP and host.stop_command:
             if self._read_claim(conn, root).get("job_id") == instance.job_id:
