@@ -19,7 +19,9 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
   - optimiser states: AdamW 2 moments in the parameters' dtype (8 bytes fp32, 4 bf16), 8-bit AdamW 2,
     4-bit 1, SGD 0, Adafactor ~0.1 (factored). Paged optimisers live in CUDA unified memory that pages
     out to the host when the GPU runs short, so they do not count against the card; same for states
-    updated in the backward pass (`optimizer_in_backward`: no full set of grads either).
+    updated in the backward pass (`optimizer_in_backward`: no full set of grads either). torch's default
+    multi-tensor ("foreach") AdamW step allocates the square roots of all second moments beside the grads
+    (`adamw_torch`; not the fused kernel, bitsandbytes or DeepSpeed, which step in place).
   - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
     stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket, and under DeepSpeed
     keeps whole the last layers that the trace uses again within `stage3_max_reuse_distance` parameters
@@ -94,6 +96,9 @@ class TrainSetup:
     # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters
     # (stage3_max_reuse_distance; DeepSpeed's default 1e9, launchpad's presets too, Axolotl's configs 0)
     reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
+    # torch steps AdamW over all tensors at once (its default on GPU, "foreach"), with a temporary of the second
+    # moments' size; one tensor at a time where the params are FSDP1 FlatParameters (use_orig_params false)
+    foreach: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,8 @@ class Term:
     offload: str = ""  # "optimizer" / "param": moved to host RAM by that offload
     on_gpu: bool = True  # False: paged (CUDA unified memory spills to the host): it need not fit the card
     phase: str = "static"  # static: held throughout; forward: activations (freed as the backward pass runs);
-    # backward: grads (built as activations are freed, dropped after the step unless accumulating)
+    # backward: grads (built as activations are freed, dropped after the step unless accumulating); step: the
+    # optimiser step's temporaries (beside the grads)
     data_parallel: bool = False  # held only when the run is data-parallel (world size > 1)
 
 
@@ -169,18 +175,19 @@ class MemoryEstimate:
         return term.gb
 
     def _phases(self, world_size: int) -> dict[str, float]:
-        by = {"static": 0.0, "forward": 0.0, "backward": 0.0}
+        by = {"static": 0.0, "forward": 0.0, "backward": 0.0, "step": 0.0}
         for t in self.terms:
             by[t.phase] += self.term_gb(t, world_size)
         return by
 
     def peak_allocated_gb(self, world_size: int = 1) -> float:
         """Held throughout + the larger of the forward peak (activations) and the grads the backward pass
-        builds as it frees them; both at once when grads accumulate over micro-batches."""
+        builds as it frees them, with the optimiser step's temporaries beside the grads; grads and activations
+        both at once when grads accumulate over micro-batches."""
         by = self._phases(world_size)
         if self.setup.gradient_accumulation_steps > 1:
-            return sum(by.values())
-        return by["static"] + max(by["forward"], by["backward"])
+            return by["static"] + by["backward"] + max(by["forward"], by["step"])
+        return by["static"] + max(by["forward"], by["backward"] + by["step"])
 
     def reserved_gb(self, world_size: int = 1) -> float:
         """What torch's caching allocator reserves: the peak plus its overhead, plus the holes that rows of
@@ -379,6 +386,11 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     terms.append(Term("optimizer", T * per_param / GIB, f"{T / 1e9:.3f}B x {optimizer} {per_param:g}"
                       + (" (paged: spills to host RAM when the GPU runs short)" if paged else ""),
                       shard=1, offload="optimizer", on_gpu=not paged))
+    if kind == "adamw" and s.foreach and not (paged or s.deepspeed or s.optimizer_in_backward or "fused" in optimizer):
+        # torch's multi-tensor AdamW takes the square root of every second moment into new tensors at once, while
+        # the grads are held; the fused kernel and DeepSpeed's optimisers work in place
+        terms.append(Term("optimizer step", T * state_dtype / GIB, f"{T / 1e9:.3f}B x {state_dtype:g} (foreach AdamW's "
+                          "sqrt of the second moments)", shard=1, offload="optimizer", phase="step"))
     grads_gb = sum(t.gb for t in terms if t.name == "grads")
     if s.zero_stage == 0 and not s.deepspeed and grads_gb:
         # PyTorch DDP (torchrun without DeepSpeed or FSDP) all-reduces through flat buckets that it allocates

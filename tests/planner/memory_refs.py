@@ -24,7 +24,7 @@ LOW, HIGH, FLOOR = 0.8, 1.25, 0.7
 #: frameworks whose QLoRA path runs PEFT's prepare_model_for_kbit_training (non-quantised weights in fp32)
 _PEFT_FRAMEWORKS = {"peft", "hf-trainer", "trl", "axolotl", "llama-factory", "other", "deepspeed"}
 _OPTIMIZERS = {None: "adamw_torch", "adamw": "adamw_torch", "adamw_torch": "adamw_torch", "bf16_adamw": "adamw_torch",
-               "adamw_fused": "adamw_torch", "adamw_8bit": "adamw_8bit", "adamw_bnb_8bit": "adamw_8bit",
+               "adamw_fused": "adamw_torch_fused", "adamw_8bit": "adamw_8bit", "adamw_bnb_8bit": "adamw_8bit",
                "paged_adamw_8bit": "paged_adamw_8bit", "paged_adamw_32bit": "paged_adamw_32bit",
                "sgd": "sgd", "adafactor": "adafactor", "adamw_4bit": "adamw_torch_4bit"}
 
@@ -85,6 +85,7 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
         gradient_accumulation_steps=int(ref.get("gradient_accumulation_steps") or 1),
         frozen_fp32=ref["adapter"] == "lora" and framework == "litgpt" and precision.endswith("mixed"),
         compiled=bool(ref.get("compile")), activation_offload=bool(ref.get("activation_offload")),
+        foreach=ref.get("optimizer_foreach", True),
         fused_activation=framework == "litgpt",  # LitGPT's MLPs call F.gelu (one kernel) for every GELU variant
     )
 

@@ -125,10 +125,27 @@ def test_full_fine_tune_precisions_and_optimizers() -> None:
     # paged states spill to the host: they are shown but do not count against the card
     paged = est("full", optimizer="paged_adamw_8bit")
     assert paged.parts["optimizer"] > 0 and paged.peak_allocated_gb() == pytest.approx(
-        mixed.peak_allocated_gb() - mixed.parts["optimizer"])
+        mixed.peak_allocated_gb() - mixed.parts["optimizer"] - mixed.parts["optimizer step"])
     # states stepped in the backward pass: no full set of grads
     inbwd = est("full", optimizer="paged_adamw_8bit", fp32_master_weights=False, optimizer_in_backward=True)
     assert inbwd.parts["grads"] == 0 and inbwd.parts["grads in flight"] < 2
+
+
+def test_foreach_adamw_holds_a_copy_of_the_second_moments_beside_the_grads_at_the_step() -> None:
+    """torch's default multi-tensor AdamW takes sqrt(exp_avg_sq) of every parameter into new tensors while the
+    grads are held; the fused kernel, DeepSpeed's optimisers and FlatParameters (stepped one at a time) do not."""
+    P, GiB = shape_of(LLAMA3_8B).params, 2**30
+    foreach = est("full", optimizer="adamw_torch", fp32_master_weights=False, gradient_checkpointing=True,
+                  sequence_len=512)
+    assert foreach.parts["optimizer step"] * GiB == pytest.approx(P * 2)  # one bf16 moment
+    for other in (dict(optimizer="adamw_torch_fused"), dict(optimizer="adamw_torch", foreach=False),
+                  dict(optimizer="adamw_torch", zero_stage=2, deepspeed=True), dict(optimizer="adamw_8bit")):
+        assert "optimizer step" not in est("full", fp32_master_weights=False, **other).parts, other
+    fused = est("full", optimizer="adamw_torch_fused", fp32_master_weights=False, gradient_checkpointing=True,
+                sequence_len=512)
+    # short rows: the step (grads + the copy) is the peak, not the forward pass
+    assert foreach.peak_allocated_gb() - fused.peak_allocated_gb() == pytest.approx(foreach.parts["optimizer step"])
+    assert any(line.startswith("optimizer step: ") for line in foreach.explain())
 
 
 def test_zero_sharding_divides_by_the_world_size() -> None:
