@@ -43,6 +43,7 @@ from .per_node import run_per_node
 from .provider import Provider
 from .transport import CommandRunner, ConnectionLost, RemoteCommandFailed
 from .vm_preflight import MultiNodePreflight
+from .vm_progress import NodeReport, job_progress
 
 log = logging.getLogger("launchpad.ssh")
 
@@ -100,7 +101,8 @@ class VMProvider(MultiNodePreflight, Provider):
     def nodes(self, instance: Instance) -> list[Instance]:
         """The machines of the job, rank 0 first; each is synced and runs its own agent. A multi-node
         subclass returns one `Instance` per node (rank 0 being `instance` itself). Progress, logs and
-        checkpoints come from rank 0, where the trainer's global rank 0 reports and uploads."""
+        checkpoints come from rank 0, where the trainer's global rank 0 reports and uploads (progress
+        reads the others too, for an agent that ended badly there)."""
         return [instance]
 
     def known_hosts(self):
@@ -375,11 +377,27 @@ class VMProvider(MultiNodePreflight, Provider):
         return ["systemd-run", "--user", "--scope", "--quiet", "--collect", f"--unit={unit}"]
 
     def progress(self, instance: Instance) -> JobProgress:
-        out = self._helper(instance, "progress", self.workdir(instance))
+        """Rank 0's report; on a multi-node job every node is read at once, and one whose agent ended badly
+        ends the job (`launchpad.vm_progress`: torch.distributed would notice only at its timeouts)."""
+        nodes = self.nodes(instance)
+        reports = run_per_node(lambda node: self._node_report(node, head=node is instance), nodes)
+        head = reports[0]
+        assert head is not None
+        peers = zip(nodes[1:], reports[1:], strict=True)
+        return job_progress(head.progress, [(f"node {i} ({n.id})", r) for i, (n, r) in enumerate(peers, start=1)])
+
+    def _node_report(self, node: Instance, *, head: bool) -> NodeReport | None:
+        try:
+            out = self._helper(node, "progress", self.workdir(node))
+        except ProviderError as e:
+            if head:
+                raise
+            log.debug("progress of %s not read: %s", node.id, e)  # a lost machine is status()'s to find
+            return None
         if not out:
-            return JobProgress()
-        return JobProgress.from_status(out.get("status") or {}, running=bool(out.get("running")),
-                                       exit_code=out.get("exit_code"))
+            return NodeReport(JobProgress())
+        return NodeReport(JobProgress.from_status(out.get("status") or {}, running=bool(out.get("running")),
+                                                  exit_code=out.get("exit_code")), out.get("ended_s"))
 
     def logs(self, instance: Instance, *, follow: bool = False) -> Iterator[str]:
         """The trainer log's lines. With `follow`, a dropped connection is re-established (bounded by

@@ -68,8 +68,19 @@ def launch(workdir: Path) -> int:
 def progress(workdir: Path) -> int:
     state = job_state(workdir)
     _print({"status": state.status, "running": state.running, "exit_code": state.exit_code,
-            "autostopped": state.autostopped})
+            "autostopped": state.autostopped, "ended_s": None if state.running else _ended_s(workdir)})
     return 0
+
+
+def _ended_s(workdir: Path) -> float | None:
+    """Seconds since the agent recorded the job's end (its exit file; else its last status write, when it
+    died without one), by this machine's clock: a client compares ages, never its clock with ours."""
+    for name in (FILES["exit"], FILES["status"]):
+        try:
+            return max(0.0, time.time() - (workdir / name).stat().st_mtime)
+        except OSError:
+            continue
+    return None
 
 
 def tail(workdir: Path, offset: int, follow: bool) -> int:
