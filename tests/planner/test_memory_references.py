@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 74 of 96 (the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 71 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -53,8 +53,10 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # Read again at the sources: LitGPT prints max_memory_allocated/1e9 (its 15 rows are 10**9 bytes: +1, its
     # LoRA rows now centre on 1.00) and swift's benchmark records max_memory_reserved (-2); foreach AdamW's
     # step copy of the second moments brought h2o's DDP row in (+1) once the rows whose optimiser steps in place
-    # say so (torchtune's fused AdamW, FSDP1's FlatParameters)
-    assert within >= 0.76, table(comparisons)
+    # say so (torchtune's fused AdamW, FSDP1's FlatParameters). 74 of 96, then 71: 17 more rows were 10**9
+    # bytes compared as GiB (fms-acceleration's and PEFT's byte counts, torchtune's /1e9 of 2024): their QLoRA
+    # rows moved to 0.97-1.03, three PEFT MetaMathQA LoRA rows out of the band (1.27-1.29)
+    assert within >= 0.73, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -88,7 +90,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 71 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
