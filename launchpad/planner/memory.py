@@ -36,8 +36,10 @@ the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, 
 two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
 LoRA dropout's copy and mask of each adapted module's input; eager attention (no FlashAttention/SDPA kernel)
 adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
-one layer recomputed in the backward pass. Logits: c (16-bit) + 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4
-(its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps c + 4, fused (Liger) none.
+one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms
+and the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit)
++ 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry; chunked
+cross-entropy keeps c + 4, fused (Liger) none.
 Packing changes nothing in the tensors at the peak (the worst micro-batch is full-length rows either way), but
 fixed-shape batches let the caching allocator reuse its blocks; rows of varying length leave holes among the
 activations' blocks, another `fragmentation_unpacked` share of them (configs/planner.yaml).
@@ -47,20 +49,18 @@ All sizes are GiB (2**30 bytes), the unit GPU memory is sold in.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from .deepspeed_memory import DEEPSPEED_REUSE_DISTANCE, DeepSpeedMemory, read_deepspeed
 from .lora_targets import LORA_DEFAULT_TARGETS, adapted_modules, adapts_head, lora_trainable_params, targets_of_pattern
 from .shapes import ModelShape, UnknownModel, resolve_shape, shape_from_config, try_shape
 
 GIB = float(2**30)
 _NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit + 8-bit absmax per 64 + fp32 per 256 absmax blocks
 _OPT_BYTES_FP32 = {"adamw": 8.0, "adamw_8bit": 2.0, "adamw_4bit": 1.0, "sgd": 0.0, "adafactor": 0.1}
-DEEPSPEED_REUSE_DISTANCE = 1_000_000_000  # DeepSpeed's default stage3_max_reuse_distance
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ class TrainSetup:
     # torch steps AdamW over all tensors at once (its default on GPU, "foreach"), with a temporary of the second
     # moments' size; one tensor at a time where the params are FSDP1 FlatParameters (use_orig_params false)
     foreach: bool = True
+    # residual stream, norms and MLP in fp32 around 16-bit attention: launchpad's kbit runs (see setup_from_recipe)
+    fp32_residual: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,10 +266,11 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     i = shape.active_intermediate
     tokens = s.sequence_len * s.micro_batch_size
     m = _mlp_saved(shape, s)
-    per_layer = 2 * (4 + c) * h + c * (2 * q + 2 * kv) + m * c * i
-    how = f"2(4+{c:g})h + {c:g}(2q+2kv) + {m}*{c:g}*i"
+    r = 4.0 if s.fp32_residual else c  # bytes of the residual stream, the norms' outputs and the MLP's tensors
+    per_layer = 2 * (4 + r) * h + c * (2 * q + 2 * kv) + m * r * i
+    how = f"2(4+{r:g})h + {c:g}(2q+2kv) + {m}*{r:g}*i" + (" (fp32 residual stream: kbit preparation)" if r != c else "")
     if s.adapter != "full" and s.lora_dropout > 0:
-        drop = sum((c + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
+        drop = sum((r + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
         per_layer += drop
         how += f" + LoRA dropout {drop:g}"
     eager, why = attention_is_eager(shape, s)
@@ -280,8 +283,8 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
         formula = (f"{tokens} tokens x one layer recomputed {per_layer / 1024:.0f} KiB [checkpointed inputs "
                    f"offloaded to host RAM; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
     elif s.gradient_checkpointing:
-        acts = tokens * (L * c * h + per_layer * scale)
-        formula = (f"{tokens} tokens x ({L} layers x {c:g}h + one layer recomputed {per_layer / 1024:.0f} KiB) "
+        acts = tokens * (L * r * h + per_layer * scale)
+        formula = (f"{tokens} tokens x ({L} layers x {r:g}h + one layer recomputed {per_layer / 1024:.0f} KiB) "
                    f"[gradient checkpointing; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
     else:
         acts = tokens * L * per_layer * scale
@@ -417,43 +420,6 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     )
 
 
-class DeepSpeedMemory(NamedTuple):
-    """What a DeepSpeed JSON changes in the memory estimate."""
-
-    stage: int
-    offload_optimizer: bool
-    offload_param: bool
-    reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
-
-
-def read_deepspeed(path: str | None, base_dir: Path | None = None) -> DeepSpeedMemory:
-    """ZeRO stage, offloads and ZeRO-3 reuse distance from a DeepSpeed JSON; a missing file counts as
-    the stage its name says ("zero3-offload.json") so plans work before the file exists."""
-    if not path:
-        return DeepSpeedMemory(0, False, False)
-    from ..dsconfig import preset_path
-
-    p = Path(path)
-    if not p.is_absolute() and base_dir is not None and not p.exists():
-        p = base_dir / p
-    if not p.exists() and (preset := preset_path(path)) is not None:
-        p = preset
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8")).get("zero_optimization") or {}
-        stage = int(cfg.get("stage", 0))
-        off_opt = (cfg.get("offload_optimizer") or {}).get("device", "none") not in ("none", None)
-        off_par = (cfg.get("offload_param") or {}).get("device", "none") not in ("none", None)
-        # DeepSpeed reads either spelling (Axolotl's configs use the short one)
-        reuse = cfg.get("stage3_max_reuse_distance", cfg.get("max_reuse_distance"))
-        reuse = int(reuse) if isinstance(reuse, (int, float)) else DEEPSPEED_REUSE_DISTANCE
-        return DeepSpeedMemory(stage, off_opt, off_par, reuse)
-    except (OSError, ValueError, AttributeError, TypeError):
-        name = p.name.lower()
-        m = re.search(r"zero_?(\d)", name)
-        offload = "offload" in name
-        return DeepSpeedMemory((int(m.group(1)) if m else 0), offload, offload and "3" in (m.group(1) if m else ""))
-
-
 def setup_from_recipe(recipe: Any) -> TrainSetup:
     """The `TrainSetup` of a `launchpad.recipe.Recipe`: what launchpad's trainer will run."""
     src = getattr(recipe, "source_path", None)
@@ -479,6 +445,10 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         attention="flash" if getattr(recipe, "flash_attention", "auto") is True else "sdpa", loss="standard",
         packing=bool(getattr(recipe, "sample_packing", False)),
         gradient_accumulation_steps=int(getattr(recipe, "gradient_accumulation_steps", 1)),
+        # PEFT's kbit preparation (launchpad's trainer runs it) leaves embeddings and norms in fp32, bitsandbytes
+        # returns each linear's output in its input's dtype, and TRL (>= 1.x) no longer casts them back to bf16:
+        # the layers' residual stream is fp32 (tests/train/test_qlora.py). Published runs differ: off by default.
+        fp32_residual=recipe.adapter == "qlora" or bool(getattr(recipe, "load_in_8bit", False)),
     )
 
 

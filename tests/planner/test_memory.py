@@ -148,6 +148,20 @@ def test_foreach_adamw_holds_a_copy_of_the_second_moments_beside_the_grads_at_th
     assert any(line.startswith("optimizer step: ") for line in foreach.explain())
 
 
+def test_an_fp32_residual_stream_doubles_the_checkpointed_inputs_and_the_mlp_but_not_attention_or_logits() -> None:
+    shape, tokens = shape_of(LLAMA3_8B), 2048 * 4
+    bf16 = est("qlora", sequence_len=2048, micro_batch_size=4)
+    fp32 = est("qlora", sequence_len=2048, micro_batch_size=4, fp32_residual=True)
+    extra = (fp32.parts["activations"] - bf16.parts["activations"]) * 2**30
+    h, i, L = shape.hidden, shape.intermediate, shape.layers
+    dropped = sum(inputs for _, inputs, _ in adapted_modules(shape, None))  # the adapted projections' inputs
+    # each checkpointed layer input 2 more bytes per element; in the layer recomputed: the two norms' outputs,
+    # the MLP's four tensors and LoRA dropout's copies of the adapted projections' (fp32) inputs
+    assert extra == pytest.approx(tokens * (L * 2 * h + 2 * 2 * h + 4 * 2 * i + 2 * dropped))
+    assert fp32.parts["logits"] == bf16.parts["logits"]  # the head's output is 16-bit under autocast
+    assert any("fp32 residual stream" in line for line in fp32.explain())
+
+
 def test_zero_sharding_divides_by_the_world_size() -> None:
     z3 = est("full", optimizer="adamw_torch", zero_stage=3, deepspeed=True)
     assert z3.per_gpu_gb(8) < z3.per_gpu_gb(1) / 4
@@ -299,5 +313,8 @@ def test_setup_from_recipe(write_recipe) -> None:
     assert (s.attention, s.loss, s.kbit_upcast, s.deepspeed) == ("sdpa", "standard", True, False)
     assert setup_from_recipe(write_recipe(adapter="lora", flash_attention=True)).attention == "flash"
     assert setup_from_recipe(write_recipe(adapter="qlora", gradient_checkpointing=False)).gradient_checkpointing
+    # launchpad's kbit runs keep the residual stream in fp32 (tests/train/test_qlora.py shows it on the model)
+    assert not s.fp32_residual and setup_from_recipe(write_recipe(adapter="qlora")).fp32_residual
+    assert setup_from_recipe(write_recipe(adapter="lora", load_in_8bit=True)).fp32_residual
     full = setup_from_recipe(write_recipe(adapter="full", fp32_master_weights=False, deepspeed="zero3"))
     assert (full.fp32_master_weights, full.zero_stage, full.deepspeed) == (False, 3, True)

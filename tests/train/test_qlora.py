@@ -91,3 +91,47 @@ def test_default_optimizer_is_the_one_the_planner_assumes():
     from launchpad.train.model import DEFAULT_OPTIMIZER
 
     assert DEFAULT_OPTIMIZER == planner_settings()["memory"]["optimizer"]
+
+
+def test_the_qlora_model_runs_its_residual_stream_in_fp32(tmp_path):
+    """What the memory estimate's `fp32_residual` (set by setup_from_recipe for launchpad's kbit runs) rests on:
+    launchpad's QLoRA model, as TRL 1.x trains it (trainable params in bf16, nothing else cast back), carries
+    fp32 between its decoder layers under bf16 autocast, because PEFT's kbit preparation leaves the embeddings
+    and norms in fp32 and bitsandbytes returns each linear's output in its input's dtype. Were the trainer to
+    keep bf16 there, this fails: turn `fp32_residual` off in setup_from_recipe with it."""
+    import torch
+    from peft import get_peft_model
+
+    from launchpad.planner.memory import setup_from_recipe
+    from launchpad.recipe import load_recipe
+    from launchpad.train.model import Precision, build_model
+    from launchpad.train.tiny import ensure_tiny_llama
+
+    recipe = load_recipe(REPO / "recipes" / "smoke-qlora.yaml").model_copy(update={"lora_modules_to_save": None})
+    assert setup_from_recipe(recipe).fp32_residual
+    model, _, peft_config = build_model(recipe, str(ensure_tiny_llama(tmp_path)), Precision(bf16=True, fp16=False),
+                                        log=lambda _: None)
+    model = get_peft_model(model, peft_config)
+    for p in model.parameters():
+        if p.requires_grad:  # what TRL's SFTTrainer does to a quantised model's trainable params
+            p.data = p.data.to(torch.bfloat16)
+    seen: dict[str, torch.dtype] = {}
+    layers = model.base_model.model.model.layers
+
+    def record(name):
+        def hook(module, args, out) -> None:
+            seen.setdefault(name, out.dtype if torch.is_tensor(out) else out[0].dtype)
+        return hook
+
+    def layer_input(module, args, kwargs) -> None:
+        seen.setdefault("layer input", (args[0] if args else kwargs["hidden_states"]).dtype)
+
+    layers[0].register_forward_pre_hook(layer_input, with_kwargs=True)
+    layers[0].post_attention_layernorm.register_forward_hook(record("norm"))
+    layers[0].mlp.up_proj.register_forward_hook(record("mlp"))
+    layers[-1].register_forward_hook(record("last layer output"))
+    model.base_model.model.lm_head.register_forward_hook(record("logits"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=torch.tensor([[1, 5, 9, 2]]))
+    assert seen == {"layer input": torch.float32, "norm": torch.float32, "mlp": torch.float32,
+                    "last layer output": torch.float32, "logits": torch.bfloat16}, seen
