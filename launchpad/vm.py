@@ -380,11 +380,10 @@ class VMProvider(MultiNodePreflight, Provider):
         """Rank 0's report; on a multi-node job every node is read at once, and one whose agent ended badly
         ends the job (`launchpad.vm_progress`: torch.distributed would notice only at its timeouts)."""
         nodes = self.nodes(instance)
-        reports = run_per_node(lambda node: self._node_report(node, head=node is instance), nodes)
-        head = reports[0]
-        assert head is not None
-        peers = zip(nodes[1:], reports[1:], strict=True)
-        return job_progress(head.progress, [(f"node {i} ({n.id})", r) for i, (n, r) in enumerate(peers, start=1)])
+        head, *peers = run_per_node(lambda node: self._node_report(node, head=node is instance), nodes)
+        assert head is not None  # only another node's report may be missing (_node_report raises for rank 0)
+        named = zip((f"node {i} ({n.id})" for i, n in enumerate(nodes[1:], start=1)), peers, strict=True)
+        return job_progress(head.progress, list(named))
 
     def _node_report(self, node: Instance, *, head: bool) -> NodeReport | None:
         try:

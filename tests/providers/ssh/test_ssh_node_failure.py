@@ -9,8 +9,6 @@ launchpad used to read only rank 0 and waited with it (launchpad.vm_progress).""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ import time
 import pytest
 from test_ssh_e2e import REPO, assert_released, cli_env, make_recipe
 
+from launchpad.testing_faults import full_disk, kill_processes_naming, processes_naming
 from launchpad.vm_progress import PEER_END_GRACE_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
@@ -25,17 +24,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 @pytest.fixture
 def small_jobs_disk(sshd_pair):
-    jobs = sshd_pair[1].root / "jobs"
-    jobs.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(jobs)],
-                      capture_output=True, check=False).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
+    disk = full_disk(sshd_pair[1].root / "jobs", "200k", fill=False)
+    try:
+        jobs = disk.__enter__()
+    except RuntimeError as e:  # no root, or no tmpfs here
+        pytest.skip(str(e))
     yield jobs
     for server in sshd_pair:  # only if the test failed: never leave its processes behind
-        subprocess.run(["pkill", "-9", "-f", str(server.root)], check=False)
-    subprocess.run(["umount", "-l", str(jobs)], check=False)
+        kill_processes_naming(server.root)
+    disk.__exit__(None, None, None)
 
 
 def test_a_host_that_fails_before_joining_ends_the_job_with_its_cause(ssh_home, sshd_pair, small_jobs_disk, tmp_path):
@@ -51,7 +48,7 @@ def test_a_host_that_fails_before_joining_ends_the_job_with_its_cause(ssh_home, 
     assert took < PEER_END_GRACE_S + 60, took  # not torchrun's 600 s rendezvous timeout
     assert_released(sshd_pair)
     for server in sshd_pair:  # rank 0's agent and torchrun, still in their rendezvous, were stopped
-        assert subprocess.run(["pgrep", "-f", str(server.root)], capture_output=True).returncode == 1, server.name
+        assert processes_naming(server.root) == [], server.name
     shown = json.loads(subprocess.run([sys.executable, "-m", "launchpad", "status", "--json"], capture_output=True,
                                       text=True, env=cli_env(ssh_home), cwd=REPO, check=True).stdout)
     assert shown[0]["state"] == "FAILED" and "disk full" in shown[0]["error"], shown
