@@ -23,7 +23,8 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
     multi-tensor ("foreach") AdamW step allocates the square roots of all second moments beside the grads
     (`adamw_torch`; not the fused kernel, bitsandbytes or DeepSpeed, which step in place).
   - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
-    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket, and under DeepSpeed
+    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket (under FSDP at least
+    its root unit, the embeddings and head together, which it keeps gathered through the backward), and under DeepSpeed
     keeps whole the last layers that the trace uses again within `stage3_max_reuse_distance` parameters
     (all of a small model); offload moves the
     states (and with offload_param the weights) to host RAM, leaving the gathered working set.
@@ -101,6 +102,12 @@ class TrainSetup:
     foreach: bool = True
     # residual stream, norms and MLP in fp32 around 16-bit attention: launchpad's kbit runs (see setup_from_recipe)
     fp32_residual: bool = False
+    # FSDP (zero_stage 3 without DeepSpeed) wraps the embedding and the head as units of their own (torchtune's
+    # custom_sharded_layers); otherwise they sit in the root unit, which stays gathered through the backward
+    fsdp_embeddings_apart: bool = False
+    # gradient accumulation under FSDP's no_sync() (LitGPT's no_backward_sync, Accelerate's accumulate): each rank
+    # keeps the whole model's grads, unsharded, until the micro-step that synchronises
+    fsdp_no_sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,6 +339,9 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     P, lin = shape.params, shape.linear_params
     other = P - lin  # embeddings, lm_head, norms: never quantised
     terms: list[Term] = []
+    unsharded_grads = s.fsdp_no_sync and s.gradient_accumulation_steps > 1 and s.zero_stage >= 2 and not s.deepspeed
+    gs = 0 if unsharded_grads else 2  # the ZeRO stage from which the grads are sharded
+    no_sync = " (accumulated unsharded under FSDP's no_sync)" if unsharded_grads else ""
     if s.adapter in ("qlora", "lora"):
         quant = s.adapter == "qlora" or s.load_in_8bit
         other_b = 4.0 if (quant and s.kbit_upcast) else c
@@ -350,7 +360,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         # PEFT keeps adapters in fp32; a pure 16-bit run (torchtune, LitGPT's bf16-true) in the model's dtype
         ab = 4.0 if s.fp32_master_weights else c
         terms.append(Term("trainable", T * ab / GIB, f"{T / 1e6:.1f}M LoRA params x {ab:g}", shard=3))
-        terms.append(Term("grads", T * ab / GIB, f"{T / 1e6:.1f}M x {ab:g}", shard=2, phase="backward"))
+        terms.append(Term("grads", T * ab / GIB, f"{T / 1e6:.1f}M x {ab:g}" + no_sync, shard=gs, phase="backward"))
         if s.frozen_fp32 and c == 2.0 and not s.gradient_checkpointing:
             terms.append(Term("autocast copies", lin * c / GIB, f"{lin / 1e9:.2f}B frozen linear x {c:g} (16-bit "
                               "casts saved for the backward pass)", phase="forward"))
@@ -371,7 +381,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
             terms.append(Term("weights", P * 4.0 / GIB, f"{P / 1e9:.2f}B x fp32 4 (autocast)", shard=3,
                               offload="param"))
             grads = 0.0 if s.optimizer_in_backward else P * 4.0
-            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x fp32 4", shard=2, phase="backward",
+            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x fp32 4" + no_sync, shard=gs, phase="backward",
                               offload="param"))  # FSDP's CPU offload moves grads with the params
             if not (s.gradient_checkpointing or s.zero_stage >= 3):
                 terms.append(Term("autocast copies", lin * c / GIB,
@@ -382,7 +392,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
             pb = c if not s.fp32_master_weights else 4.0
             terms.append(Term("weights", P * pb / GIB, f"{P / 1e9:.2f}B x {pb:g}", shard=3, offload="param"))
             grads = 0.0 if s.optimizer_in_backward else P * pb
-            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x {pb:g}", shard=2, phase="backward",
+            terms.append(Term("grads", grads / GIB, f"{P / 1e9:.2f}B x {pb:g}" + no_sync, shard=gs, phase="backward",
                               offload="param"))
             state_dtype = pb
     per_param = _OPT_BYTES_FP32[kind] * (state_dtype / 4.0 if kind == "adamw" else 1.0)
@@ -405,6 +415,8 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         terms.append(Term("grads in flight", largest * c / GIB, f"largest module {largest / 1e6:.0f}M x {c:g}"))
     if s.zero_stage >= 3:
         largest = shape.largest_module_params
+        if not (s.deepspeed or s.fsdp_embeddings_apart):  # FSDP does not reshard its root unit after the forward
+            largest = max(largest, shape.embedding_params)
         gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
         terms.append(Term("ZeRO-3 gathered", gathered / GIB,
                           f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))

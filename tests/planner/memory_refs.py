@@ -10,14 +10,14 @@ Run it as a script for the table: python tests/planner/memory_refs.py
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from launchpad.planner.memory import TrainSetup, estimate_memory
-from launchpad.planner.shapes import resolve_shape
+from launchpad.planner.shapes import ModelShape, resolve_shape
 
 REFERENCES = Path(__file__).resolve().parents[1] / "data" / "memory_references.yaml"
 LOW, HIGH, FLOOR = 0.8, 1.25, 0.7
@@ -85,13 +85,26 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
         gradient_accumulation_steps=int(ref.get("gradient_accumulation_steps") or 1),
         frozen_fp32=ref["adapter"] == "lora" and framework == "litgpt" and precision.endswith("mixed"),
         compiled=bool(ref.get("compile")), activation_offload=bool(ref.get("activation_offload")),
-        foreach=ref.get("optimizer_foreach", True),
+        foreach=ref.get("optimizer_foreach", True), fsdp_embeddings_apart=bool(ref.get("fsdp_custom_sharded_layers")),
+        # LitGPT accumulates under Fabric's no_backward_sync, which is FSDP's no_sync (finetune/*.py at 2685705)
+        fsdp_no_sync=framework == "litgpt",
         fused_activation=framework == "litgpt",  # LitGPT's MLPs call F.gelu (one kernel) for every GELU variant
     )
 
 
-def compare(ref: dict[str, Any]) -> Comparison:
+def shape_of(ref: dict[str, Any]) -> ModelShape:
+    """The model as the reference's framework builds it. LitGPT's `GPT` always has its own `lm_head`: its
+    checkpoint converter copies a tied model's embedding into it, and its fine-tuning scripts refuse
+    `tie_embeddings` (litgpt/model.py, scripts/convert_hf_checkpoint.py, finetune/*.py at 2685705), so
+    Gemma and Llama-3.2 carry a second vocabulary-sized matrix there."""
     shape = resolve_shape(ref["model"], model_config=ref.get("model_config"))
+    if ref.get("framework") == "litgpt" and shape.tied_embeddings:
+        shape = replace(shape, tied_embeddings=False)
+    return shape
+
+
+def compare(ref: dict[str, Any]) -> Comparison:
+    shape = shape_of(ref)
     est = estimate_memory(shape, setup_of(ref))
     world = int(ref.get("gpus") or 1)
     measure = ref.get("measure") or "unknown"
@@ -114,7 +127,7 @@ def model_states_gb(ref: dict[str, Any]) -> float:
     """GiB per GPU of what the settings must hold whatever the activations: weights, grads, master weights
     and optimiser states (sharded and offloaded as stated). A measured peak below it is a wrong figure or
     wrong settings."""
-    shape = resolve_shape(ref["model"], model_config=ref.get("model_config"))
+    shape = shape_of(ref)
     est = estimate_memory(shape, setup_of(ref))
     world = int(ref.get("gpus") or 1)
     return sum(est.term_gb(t, world) for t in est.terms if t.name in _STATES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,6 +178,30 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
     assert plain.per_gpu_gb(8) - plain.per_gpu_gb(1) == pytest.approx(plain.grads_gb * 1.1)
     assert "DDP buckets" not in "\n".join(plain.explain(1)) and "DDP buckets" in "\n".join(plain.explain(8))
     assert "DDP buckets" not in "\n".join(z3.explain(8))  # ZeRO (and FSDP) reduce without them
+
+
+def test_fsdp_holds_its_root_unit_and_under_no_sync_the_whole_grads() -> None:
+    """FSDP wrapping each decoder layer leaves the embedding and the head in the root unit, which it does not
+    reshard after the forward: both matrices are gathered at once (unless wrapped apart, torchtune's
+    custom_sharded_layers). Accumulating inside no_sync() keeps every grad whole on each rank."""
+    P, emb, GiB = shape_of(LLAMA3_8B).params, shape_of(LLAMA3_8B).embedding_params, 2**30
+    common: dict[str, Any] = dict(optimizer="adamw_torch", zero_stage=3, fp32_master_weights=False)
+    deepspeed, fsdp = est("full", deepspeed=True, **common), est("full", **common)
+    apart = est("full", fsdp_embeddings_apart=True, **common)
+    assert emb == 2 * 128256 * 4096  # untied: embedding and head
+    assert fsdp.parts["ZeRO-3 gathered"] - deepspeed.parts["ZeRO-3 gathered"] == pytest.approx(emb / 2 * 2 * 2 / GiB)
+    assert apart.parts["ZeRO-3 gathered"] == deepspeed.parts["ZeRO-3 gathered"]
+    synced = est("full", gradient_accumulation_steps=4, **common)
+    no_sync = est("full", gradient_accumulation_steps=4, fsdp_no_sync=True, **common)
+    assert synced.term_gb(next(t for t in synced.terms if t.name == "grads"), 4) == pytest.approx(P * 2 / 4 / GiB)
+    assert no_sync.term_gb(next(t for t in no_sync.terms if t.name == "grads"), 4) == pytest.approx(P * 2 / GiB)
+    assert no_sync.peak_allocated_gb(4) - synced.peak_allocated_gb(4) == pytest.approx(P * 2 * 3 / 4 / GiB)
+    assert any("no_sync" in line for line in no_sync.explain(4))
+    # without accumulation, or under DeepSpeed (which reduces every micro-step), the grads stay sharded
+    setups: list[dict[str, Any]] = [dict(fsdp_no_sync=True),
+                                    dict(gradient_accumulation_steps=4, fsdp_no_sync=True, deepspeed=True)]
+    for setup in setups:
+        assert "no_sync" not in " ".join(est("full", **common, **setup).explain(4)), setup
 
 
 def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
