@@ -35,7 +35,9 @@ Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per deco
 Llama-style layer saves for its backward: two RMSNorms (fp32 upcast + c-byte output: 2(4 + c)h), q, k, v and
 the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts; a
 two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
-LoRA dropout's copy and mask of each adapted module's input; eager attention (no FlashAttention/SDPA kernel)
+LoRA dropout's copy and mask of each adapted module's input, QK-norm's fp32 copy and output of q and k
+((4 + c)(q + kv): Qwen3, OLMo-2/3, Gemma-3, ...; measured by tests/train/test_activation_memory.py); eager
+attention (no FlashAttention/SDPA kernel)
 adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
 one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms
 and the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit)
@@ -276,6 +278,10 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     r = 4.0 if s.fp32_residual else c  # bytes of the residual stream, the norms' outputs and the MLP's tensors
     per_layer = 2 * (4 + r) * h + c * (2 * q + 2 * kv) + m * r * i
     how = f"2(4+{r:g})h + {c:g}(2q+2kv) + {m}*{r:g}*i" + (" (fp32 residual stream: kbit preparation)" if r != c else "")
+    if shape.qk_norm:  # the norm keeps an fp32 copy of q and k, and (weighted) its c-byte output for the weight's grad
+        qk = 4 + (c if shape.qk_norm == "rms" else 0)
+        per_layer += qk * (q + kv)
+        how += f" + QK-norm {qk:g}(q+kv)"
     if s.adapter != "full" and s.lora_dropout > 0:
         drop = sum((r + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
         per_layer += drop

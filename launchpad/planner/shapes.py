@@ -42,6 +42,13 @@ _PLAIN_ACT = {"gpt2": "gelu_new", "gptj": "gelu_new", "codegen": "gelu_new", "ph
 _EAGER_ONLY = {"bloom", "mpt", "xglm", "openai-gpt", "gpt_neox_japanese", "cpmant", "deepseek_v4", "hy_v4"}
 _FLASH_NOT_SDPA = {"gemma2", "gpt_oss", "gpt_neo", "vaultgemma", "granite_swa", "granitemoe_swa", "mimo_v2_flash",
                    "flint"}
+# model_type values whose attention normalises queries and keys with a weighted RMSNorm (QK-norm, per head or
+# over the whole projection: each saves an fp32 copy of its input and its 16-bit output); the config keys below
+# switch it on for the others (Llama 4's is weightless: the fp32 copy only)
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo2", "olmo3", "olmoe",
+            "flex_olmo", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "apertus",
+            "lfm2", "lfm2_moe", "minimax_m2", "chameleon"}
+_QK_NORM_KEYS = ("use_qk_norm", "qk_layernorm", "qk_norm")
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}
@@ -84,6 +91,7 @@ class ModelShape:
     #: gpt-oss), "" (BLOOM, MPT: eager attention only, whose memory grows with the square of the sequence)
     attention_kernels: str = "flash+sdpa"
     model_type: str = ""  # config.json's, when known
+    qk_norm: str = ""  # "rms": queries and keys go through a weighted RMSNorm; "l2": a weightless one (Llama 4)
 
     @property
     def hd(self) -> int:
@@ -233,6 +241,8 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
         shape_kw.update(experts=experts, experts_per_tok=per_tok, moe_intermediate=moe_inter,
                         shared_intermediate=shared, dense_layers=dense)
     shape_kw.update(_hybrid_layout(cfg, mtype, h, layers, inter))
+    if mtype in _QK_NORM or any(cfg.get(k) is True for k in _QK_NORM_KEYS):
+        shape_kw["qk_norm"] = "l2" if mtype.startswith("llama4") else "rms"
     shape = ModelShape(
         name=name, hidden=h, intermediate=inter, layers=layers + decoder_layers, heads=heads,
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,

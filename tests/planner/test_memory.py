@@ -204,6 +204,24 @@ def test_fsdp_holds_its_root_unit_and_under_no_sync_the_whole_grads() -> None:
         assert "no_sync" not in " ".join(est("full", **common, **setup).explain(4)), setup
 
 
+def test_qk_norm_is_read_from_the_model_type_or_the_config_switch() -> None:
+    """What autograd saves for it is measured in tests/train/test_activation_memory.py."""
+    base = {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}
+    for mtype, extra, kind in (("qwen3", {}, "rms"), ("olmo3", {}, "rms"), ("gemma3_text", {}, "rms"),
+                               ("llama", {}, ""), ("mistral", {}, ""), ("hunyuan_v1_dense", {"use_qk_norm": True}, "rms"),
+                               ("hunyuan_v1_dense", {"use_qk_norm": False}, ""), ("llama4_text", {"use_qk_norm": True}, "l2")):
+        assert shape_from_config({**base, "model_type": mtype, **extra}).qk_norm == kind, (mtype, extra)
+    tokens, q, kv = 4096, 16 * 128, 8 * 128
+    qwen3 = estimate_memory(shape_from_config({**base, "model_type": "qwen3"}),
+                            TrainSetup(adapter="full", sequence_len=tokens, gradient_checkpointing=False))
+    plain = estimate_memory(shape_from_config({**base, "model_type": "llama"}),
+                            TrainSetup(adapter="full", sequence_len=tokens, gradient_checkpointing=False))
+    added = (qwen3.parts["activations"] - plain.parts["activations"]) * 2**30
+    assert added == pytest.approx(tokens * 28 * (4 + 2) * (q + kv))
+    assert "QK-norm 6(q+kv)" in "\n".join(qwen3.explain())
+
+
 def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
     """A fused GELU (GPT-NeoX's F.gelu) saves its input and the down projection its output: 2 tensors of the
     MLP's width; Hugging Face's gelu_new (phi, GPT-2) spells the tanh formula out and autograd keeps 5; a
