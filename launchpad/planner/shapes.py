@@ -49,6 +49,13 @@ _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_tex
             "flex_olmo", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "apertus",
             "lfm2", "lfm2_moe", "minimax_m2", "chameleon"}
 _QK_NORM_KEYS = ("use_qk_norm", "qk_layernorm", "qk_norm")
+# model_type values whose RMSNorm multiplies by its weight in fp32 and casts back after (Gemma's 1 + w, OLMo-2/3,
+# gpt-oss, Qwen3-Next/3.5): each norm saves its normalised output in fp32, not 16-bit; and those with a norm
+# before and after each sublayer (Gemma 2 onwards: four a layer). Measured: tests/train/test_activation_memory.py
+_NORM_FP32_SCALE = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text",
+                    "vaultgemma", "recurrent_gemma", "olmo2", "olmo3", "flex_olmo", "olmo_hybrid", "gpt_oss",
+                    "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "vaultgemma"}
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}
@@ -92,6 +99,8 @@ class ModelShape:
     attention_kernels: str = "flash+sdpa"
     model_type: str = ""  # config.json's, when known
     qk_norm: str = ""  # "rms": queries and keys go through a weighted RMSNorm; "l2": a weightless one (Llama 4)
+    norms_per_layer: int = 2
+    norm_fp32: bool = False  # the norms scale by their weight in fp32 (their saved output is fp32)
 
     @property
     def hd(self) -> int:
@@ -243,6 +252,7 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     shape_kw.update(_hybrid_layout(cfg, mtype, h, layers, inter))
     if mtype in _QK_NORM or any(cfg.get(k) is True for k in _QK_NORM_KEYS):
         shape_kw["qk_norm"] = "l2" if mtype.startswith("llama4") else "rms"
+    shape_kw.update(norm_fp32=mtype in _NORM_FP32_SCALE, norms_per_layer=4 if mtype in _FOUR_NORMS else 2)
     shape = ModelShape(
         name=name, hidden=h, intermediate=inter, layers=layers + decoder_layers, heads=heads,
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,

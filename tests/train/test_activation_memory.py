@@ -6,6 +6,7 @@ what one design saves beyond another must be what the estimate adds for it."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ def _recorder(saved: dict[int, int]):
     return keep
 
 
+@functools.cache
 def saved_bytes_per_token_and_layer(model_type: str) -> float:
     """Bytes autograd saves per token for one decoder layer of `model_type` (two layers minus one)."""
     totals = []
@@ -53,11 +55,16 @@ def estimated_bytes_per_token_and_layer(model_type: str) -> float:
     return est.parts["activations"] * 2**30 / TOKENS
 
 
-def test_qk_norm_saves_an_fp32_copy_and_the_output_of_queries_and_keys() -> None:
-    """Qwen3 is Llama with an RMSNorm on each head's queries and keys: per token and layer it saves
-    (4 + 2)(q + kv) bytes more (and one fp32 scale per head), which the estimate now counts."""
-    measured = saved_bytes_per_token_and_layer("qwen3") - saved_bytes_per_token_and_layer("llama")
-    estimated = estimated_bytes_per_token_and_layer("qwen3") - estimated_bytes_per_token_and_layer("llama")
+@pytest.mark.parametrize("model_type", ["qwen3", "olmo3", "gemma", "gemma3_text", "mistral"])
+def test_what_an_architecture_saves_beyond_llama_is_what_the_estimate_adds(model_type: str) -> None:
+    """Beside Llama (two RMSNorms that scale in 16-bit): Qwen3 normalises each head's queries and keys,
+    (4 + 2)(q + kv) bytes more per token and layer (and one fp32 scale per head); Gemma's and OLMo's norms
+    scale by their weight in fp32, so each keeps an fp32 output (4 + 4 bytes an element, OLMo-3's QK-norm
+    too); Gemma 3 has four such norms a layer and QK-norm; Mistral saves what Llama does."""
+    measured = saved_bytes_per_token_and_layer(model_type) - saved_bytes_per_token_and_layer("llama")
+    estimated = estimated_bytes_per_token_and_layer(model_type) - estimated_bytes_per_token_and_layer("llama")
+    h = SIZES["hidden_size"]
     q, kv = SIZES["num_attention_heads"] * SIZES["head_dim"], SIZES["num_key_value_heads"] * SIZES["head_dim"]
-    assert estimated == (4 + 2) * (q + kv)
-    assert measured == pytest.approx(estimated, rel=0.02), (measured, estimated)
+    assert estimated == {"qwen3": 6 * (q + kv), "olmo3": 2 * 2 * h + 8 * (q + kv), "gemma": 2 * 2 * h,
+                         "gemma3_text": 4 * 8 * h - 2 * 6 * h + 8 * (q + kv), "mistral": 0}[model_type]
+    assert measured == pytest.approx(estimated, abs=0.01 * saved_bytes_per_token_and_layer("llama")), (measured, estimated)
