@@ -32,8 +32,10 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
     of the grads.
 
 Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per decoder layer from what HF's
-Llama-style layer saves for its backward: two RMSNorms (fp32 upcast + c-byte output: 2(4 + c)h; Gemma's and
-OLMo's scale in fp32, 4 + 4, and Gemma 2+ has four a layer), q, k, v and
+Llama-style layer saves for its backward: two RMSNorms (each its fp32 upcast, the normalised tensor its weight
+multiplies, and its output, which the next projection saves: 2(4 + c + c)h; Gemma's and OLMo's scale in fp32,
+4 + 4 + c; Gemma 2+ also normalises each sublayer's output, 4 + 4 more each; a LayerNorm keeps its 16-bit input
+and output, 2c), q, k, v and
 the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts; a
 two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
 LoRA dropout's copy and mask of each adapted module's input, QK-norm's fp32 copy and output of q and k
@@ -277,10 +279,15 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     tokens = s.sequence_len * s.micro_batch_size
     m = _mlp_saved(shape, s)
     r = 4.0 if s.fp32_residual else c  # bytes of the residual stream, the norms' outputs and the MLP's tensors
-    n = 4.0 if shape.norm_fp32 else r  # each norm saves its input upcast to fp32 and its scaled output
-    norms = shape.norms_per_layer
-    per_layer = norms * (4 + n) * h + c * (2 * q + 2 * kv) + m * r * i
-    how = f"{norms}(4+{n:g})h + {c:g}(2q+2kv) + {m}*{r:g}*i" + (" (fp32 residual stream: kbit preparation)" if r != c else "")
+    # an RMSNorm saves its input upcast to fp32 and the normalised tensor its weight multiplies (fp32 where it scales
+    # in fp32), and the projection after it saves its output (r); a LayerNorm keeps its input as is, and the output.
+    # Gemma 2+ also normalises each sublayer's output before the residual add: nothing saves those outputs
+    n = 4.0 if shape.norm_fp32 else r
+    norm, post = (2 * r, 0.0) if shape.layer_norm else (4 + n + r, (4 + n) * (shape.norms_per_layer - 2))
+    per_layer = 2 * norm * h + post * h + c * (2 * q + 2 * kv) + m * r * i
+    how = (f"2({'2*' + format(r, 'g') if shape.layer_norm else f'4+{n:g}+{r:g}'})h"
+           + (f" + {post:g}h (post-norms)" if post else "") + f" + {c:g}(2q+2kv) + {m}*{r:g}*i"
+           + (" (fp32 residual stream: kbit preparation)" if r != c else ""))
     if shape.qk_norm:  # q and k go through a norm too: its fp32 copy, and (weighted) its output for the weight's grad
         qk = 4 + (n if shape.qk_norm == "rms" else 0)
         per_layer += qk * (q + kv)

@@ -56,6 +56,9 @@ _NORM_FP32_SCALE = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemm
                     "vaultgemma", "recurrent_gemma", "olmo2", "olmo3", "flex_olmo", "olmo_hybrid", "gpt_oss",
                     "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "vaultgemma"}
+# model_type values normalised by LayerNorm (it keeps its 16-bit input and two statistics per token, no fp32 copy)
+_LAYER_NORM = {"gpt2", "gpt_neox", "gptj", "phi", "stablelm", "stablelm_epoch", "starcoder2", "falcon", "bloom", "opt",
+               "mpt", "gpt_bigcode", "codegen", "persimmon", "btlm", "cerebras", "replit_lm"}
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}
@@ -101,6 +104,7 @@ class ModelShape:
     qk_norm: str = ""  # "rms": queries and keys go through a weighted RMSNorm; "l2": a weightless one (Llama 4)
     norms_per_layer: int = 2
     norm_fp32: bool = False  # the norms scale by their weight in fp32 (their saved output is fp32)
+    layer_norm: bool = False  # LayerNorm, not RMSNorm
 
     @property
     def hd(self) -> int:
@@ -252,7 +256,8 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     shape_kw.update(_hybrid_layout(cfg, mtype, h, layers, inter))
     if mtype in _QK_NORM or any(cfg.get(k) is True for k in _QK_NORM_KEYS):
         shape_kw["qk_norm"] = "l2" if mtype.startswith("llama4") else "rms"
-    shape_kw.update(norm_fp32=mtype in _NORM_FP32_SCALE, norms_per_layer=4 if mtype in _FOUR_NORMS else 2)
+    shape_kw.update(norm_fp32=mtype in _NORM_FP32_SCALE, norms_per_layer=4 if mtype in _FOUR_NORMS else 2,
+                    layer_norm=mtype in _LAYER_NORM)
     shape = ModelShape(
         name=name, hidden=h, intermediate=inter, layers=layers + decoder_layers, heads=heads,
         kv_heads=int(kv or heads), vocab=vocab, tied_embeddings=tied, head_dim=int(head_dim) if head_dim else None,

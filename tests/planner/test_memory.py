@@ -156,9 +156,9 @@ def test_an_fp32_residual_stream_doubles_the_checkpointed_inputs_and_the_mlp_but
     extra = (fp32.parts["activations"] - bf16.parts["activations"]) * 2**30
     h, i, L = shape.hidden, shape.intermediate, shape.layers
     dropped = sum(inputs for _, inputs, _ in adapted_modules(shape, None))  # the adapted projections' inputs
-    # each checkpointed layer input 2 more bytes per element; in the layer recomputed: the two norms' outputs,
-    # the MLP's four tensors and LoRA dropout's copies of the adapted projections' (fp32) inputs
-    assert extra == pytest.approx(tokens * (L * 2 * h + 2 * 2 * h + 4 * 2 * i + 2 * dropped))
+    # each checkpointed layer input 2 more bytes per element; in the layer recomputed: the two norms' normalised
+    # tensors and outputs, the MLP's four tensors and LoRA dropout's copies of the adapted projections' (fp32) inputs
+    assert extra == pytest.approx(tokens * (L * 2 * h + 2 * 2 * 2 * h + 4 * 2 * i + 2 * dropped))
     assert fp32.parts["logits"] == bf16.parts["logits"]  # the head's output is 16-bit under autocast
     assert any("fp32 residual stream" in line for line in fp32.explain())
 
@@ -229,7 +229,8 @@ def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
     def per_token_mlp(model: str, **kw) -> float:  # the activations' growth with the MLP width, per layer
         e = est("lora", model=model, gradient_checkpointing=False, lora_dropout=0.0, **kw)
         shape = e.shape
-        other = 2 * (4 + 2) * shape.hidden + 2 * (2 * shape.q_dim + 2 * shape.kv_dim)
+        norm = 2 * 2 if shape.layer_norm else 4 + 2 + 2  # a LayerNorm's input and output; an RMSNorm's: memory.py
+        other = 2 * norm * shape.hidden + 2 * (2 * shape.q_dim + 2 * shape.kv_dim)
         return (e.parts["activations"] * 2**30 / (2048 * shape.layers) - other) / (2 * shape.intermediate)
 
     assert shape_of("EleutherAI/pythia-1.4b-deduped").hidden_act == "gelu"  # the table says gpt_neox only

@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 74 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 75 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -59,8 +59,10 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # has its own lm_head whatever config.json ties (+1: its Llama-3.2 and Gemma LoRA rows now 0.91-0.96), and its
     # FSDP runs accumulate 4 micro-steps under no_sync, holding the whole grads (Gemma-2B 0.48 -> 0.96, +1; its
     # two FSDP runs that ran out of memory on 24 GB now do). 74: QK-norm's saved copies (OLMo-3, Qwen3, Apertus;
-    # measured on CPU in tests/train/test_activation_memory.py) brought OLMo-3's QLoRA row to 0.80
-    assert within >= 0.77, table(comparisons)
+    # measured on CPU in tests/train/test_activation_memory.py) brought OLMo-3's QLoRA row to 0.80. 75: each RMSNorm
+    # also keeps its output for the projection after it (2(4 + 2 + 2)h a Llama layer, measured the same way), which
+    # brought TinyLlama's full fine-tune and torchtune's Llama-2-70B in; PEFT's MetaMathQA LoRA rows went further out
+    assert within >= 0.78, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -94,7 +96,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 74 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 75 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}

@@ -55,16 +55,29 @@ def estimated_bytes_per_token_and_layer(model_type: str) -> float:
     return est.parts["activations"] * 2**30 / TOKENS
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "olmo3", "gemma", "gemma3_text", "mistral"])
+def test_one_llama_layer_saves_what_the_estimate_counts() -> None:
+    """Per token: each RMSNorm its fp32 input, the normalised tensor its weight multiplies and (saved by the
+    projection after it) its output, 2(4 + 2 + 2)h; q, k, v and the attention output 2(2q + 2kv); the MLP's
+    gate, SiLU, up and product 4 x 2i. What is left is SDPA's log-sum-exp and the norms' scales (24 bytes)."""
+    h, i = SIZES["hidden_size"], SIZES["intermediate_size"]
+    q, kv = SIZES["num_attention_heads"] * SIZES["head_dim"], SIZES["num_key_value_heads"] * SIZES["head_dim"]
+    estimated = estimated_bytes_per_token_and_layer("llama")
+    assert estimated == 2 * 8 * h + 2 * (2 * q + 2 * kv) + 8 * i
+    assert saved_bytes_per_token_and_layer("llama") == pytest.approx(estimated, rel=0.01)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "olmo3", "gemma", "gemma3_text", "mistral", "starcoder2"])
 def test_what_an_architecture_saves_beyond_llama_is_what_the_estimate_adds(model_type: str) -> None:
-    """Beside Llama (two RMSNorms that scale in 16-bit): Qwen3 normalises each head's queries and keys,
-    (4 + 2)(q + kv) bytes more per token and layer (and one fp32 scale per head); Gemma's and OLMo's norms
-    scale by their weight in fp32, so each keeps an fp32 output (4 + 4 bytes an element, OLMo-3's QK-norm
-    too); Gemma 3 has four such norms a layer and QK-norm; Mistral saves what Llama does."""
+    """Beside Llama: Qwen3 normalises each head's queries and keys, (4 + 2)(q + kv) bytes more per token and
+    layer; Gemma's and OLMo's norms scale by their weight in fp32, so each keeps an fp32 normalised tensor
+    (OLMo-3's QK-norm too; its norms follow the sublayers, whose projections save the residual instead);
+    Gemma 3 adds QK-norm and a norm after each sublayer, whose output only the residual add takes; StarCoder2's
+    LayerNorm keeps its 16-bit input (no fp32 copy) and its MLP two tensors; Mistral saves what Llama does."""
     measured = saved_bytes_per_token_and_layer(model_type) - saved_bytes_per_token_and_layer("llama")
     estimated = estimated_bytes_per_token_and_layer(model_type) - estimated_bytes_per_token_and_layer("llama")
-    h = SIZES["hidden_size"]
+    h, i = SIZES["hidden_size"], SIZES["intermediate_size"]
     q, kv = SIZES["num_attention_heads"] * SIZES["head_dim"], SIZES["num_key_value_heads"] * SIZES["head_dim"]
     assert estimated == {"qwen3": 6 * (q + kv), "olmo3": 2 * 2 * h + 8 * (q + kv), "gemma": 2 * 2 * h,
-                         "gemma3_text": 4 * 8 * h - 2 * 6 * h + 8 * (q + kv), "mistral": 0}[model_type]
+                         "gemma3_text": 2 * 2 * h + 2 * 8 * h + 8 * (q + kv), "mistral": 0,
+                         "starcoder2": 2 * (4 - 8) * h + (2 - 4) * 2 * i}[model_type]
     assert measured == pytest.approx(estimated, abs=0.01 * saved_bytes_per_token_and_layer("llama")), (measured, estimated)
