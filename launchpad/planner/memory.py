@@ -36,7 +36,8 @@ Llama-style layer saves for its backward: two RMSNorms (each its fp32 upcast, th
 multiplies, and its output, which the next projection saves: 2(4 + c + c)h; Gemma's and OLMo's scale in fp32,
 4 + 4 + c; Gemma 2+ also normalises each sublayer's output, 4 + 4 more each; a LayerNorm keeps its 16-bit input
 and output, 2c), q, k, v and
-the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts; a
+the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts, which
+also keep each token's copy per expert and each expert's output, 2k c h, and the router's softmax; a
 two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
 LoRA dropout's copy and mask of each adapted module's input, QK-norm's fp32 copy and output of q and k
 ((4 + c)(q + kv): Qwen3, OLMo-2/3, Gemma-3, ...; measured by tests/train/test_activation_memory.py); eager
@@ -288,6 +289,13 @@ def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     how = (f"2({'2*' + format(r, 'g') if shape.layer_norm else f'4+{n:g}+{r:g}'})h"
            + (f" + {post:g}h (post-norms)" if post else "") + f" + {c:g}(2q+2kv) + {m}*{r:g}*i"
            + (" (fp32 residual stream: kbit preparation)" if r != c else ""))
+    if shape.experts and shape.moe_layers:
+        # an MoE layer gathers each token's hidden state for each of its k experts and keeps each expert's output
+        # until the weighted sum (2 k r h); the router its fp32 softmax over the experts and the dispatch indices
+        k, share = shape.experts_per_tok, shape.moe_layers / L
+        dispatch = 2 * k * r * h + 4 * shape.experts + 40 * k
+        per_layer += dispatch * share
+        how += f" + MoE dispatch 2*{k}*{r:g}h + 4E + 40k" + (f" x {share:.2f} of the layers" if share < 1 else "")
     if shape.qk_norm:  # q and k go through a norm too: its fp32 copy, and (weighted) its output for the weight's grad
         qk = 4 + (n if shape.qk_norm == "rms" else 0)
         per_layer += qk * (q + kv)

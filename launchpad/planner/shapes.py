@@ -58,7 +58,7 @@ _NORM_FP32_SCALE = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemm
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "vaultgemma"}
 # model_type values normalised by LayerNorm (it keeps its 16-bit input and two statistics per token, no fp32 copy)
 _LAYER_NORM = {"gpt2", "gpt_neox", "gptj", "phi", "stablelm", "stablelm_epoch", "starcoder2", "falcon", "bloom", "opt",
-               "mpt", "gpt_bigcode", "codegen", "persimmon", "btlm", "cerebras", "replit_lm"}
+               "mpt", "gpt_bigcode", "codegen", "persimmon", "btlm", "cerebras", "replit_lm", "dbrx", "phimoe"}
 # model_type values that tie the output head to the embeddings when config.json does not say
 _TIED_BY_DEFAULT = {"gpt2", "bloom", "falcon", "gemma", "gemma2", "gemma3", "gemma3_text", "mpt", "t5", "mt5",
                     "opt", "starcoder2", "gpt_bigcode", "btlm", "replit_lm", "mamba", "codegen"}

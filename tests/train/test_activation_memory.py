@@ -30,11 +30,12 @@ def _recorder(saved: dict[int, int]):
 
 
 @functools.cache
-def saved_bytes_per_token_and_layer(model_type: str) -> float:
-    """Bytes autograd saves per token for one decoder layer of `model_type` (two layers minus one)."""
+def saved_bytes_per_token_and_layer(model_type: str, extra: tuple[tuple[str, Any], ...] = ()) -> float:
+    """Bytes autograd saves per token for one decoder layer of `model_type` (two layers minus one); `extra`:
+    config keys beside SIZES."""
     totals = []
     for layers in (1, 2):
-        config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=layers, **SIZES)
+        config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=layers, **SIZES, **dict(extra))
         torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
                                                               attn_implementation="sdpa").train()
@@ -47,8 +48,8 @@ def saved_bytes_per_token_and_layer(model_type: str) -> float:
     return (totals[1] - totals[0]) / TOKENS
 
 
-def estimated_bytes_per_token_and_layer(model_type: str) -> float:
-    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, **SIZES)
+def estimated_bytes_per_token_and_layer(model_type: str, extra: tuple[tuple[str, Any], ...] = ()) -> float:
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, **SIZES, **dict(extra))
     shape = shape_from_config(config.to_dict())
     est = estimate_memory(shape, TrainSetup(adapter="full", sequence_len=TOKENS, micro_batch_size=1,
                                             gradient_checkpointing=False))
@@ -81,3 +82,16 @@ def test_what_an_architecture_saves_beyond_llama_is_what_the_estimate_adds(model
                          "gemma3_text": 2 * 2 * h + 2 * 8 * h + 8 * (q + kv), "mistral": 0,
                          "starcoder2": 2 * (4 - 8) * h + (2 - 4) * 2 * i}[model_type]
     assert measured == pytest.approx(estimated, abs=0.01 * saved_bytes_per_token_and_layer("llama")), (measured, estimated)
+
+
+@pytest.mark.parametrize("model_type,experts", [("mixtral", {"num_local_experts": 4}),
+                                                ("qwen3_moe", {"num_experts": 4, "moe_intermediate_size": 512}),
+                                                ("phimoe", {"num_local_experts": 4})])
+def test_an_moe_layer_also_keeps_each_token_s_copy_for_each_expert_and_the_expert_outputs(
+        model_type: str, experts: dict[str, Any]) -> None:
+    """Top-2 of 4 experts: the layer gathers each token's hidden state once per expert it goes to and keeps each
+    expert's output until the weighted sum, 2 x 2 x 2h bytes a token, beside the experts' own MLP tensors; the
+    router's fp32 softmax and the dispatch indices are ~100 bytes. PhiMoE's norms are LayerNorms."""
+    extra = tuple({"num_experts_per_tok": 2, **experts}.items())
+    measured = saved_bytes_per_token_and_layer(model_type, extra)
+    assert measured == pytest.approx(estimated_bytes_per_token_and_layer(model_type, extra), rel=0.01)
