@@ -48,6 +48,18 @@ _HEAD_NAMES = ("lm_head", "output")
 _MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
 
 
+def input_group(name: str) -> str:
+    """Which tensor an adapted module reads, as `adapted_modules` names it: "attn" (the attention's input, which
+    q, k and v share), "mlp" (the MLP's input: gate and up), "o" (the attention's output), "down" (the MLP's
+    inner activation)."""
+    parts = set(_FUSED.get(name, (name,)))
+    if parts & {"q_proj", "k_proj", "v_proj"}:
+        return "attn"
+    if parts & {"gate_proj", "up_proj"}:
+        return "mlp"
+    return {"o_proj": "o", "down_proj": "down"}.get(name, name)
+
+
 def adapted_modules(shape: ModelShape, targets: tuple[str, ...] | None) -> list[tuple[str, int, int]]:
     """(name, in, out) of each linear module of one decoder layer that LoRA adapts, for target names in any
     of the spellings above (None = the attention projections); the output head is not among them."""

@@ -31,22 +31,7 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
   - plain data parallelism (DDP, no ZeRO/FSDP) on more than one GPU: its all-reduce buckets, a second copy
     of the grads.
 
-Activations (bytes per token, c = 2 for bf16/fp16, 4 for fp32), counted per decoder layer from what HF's
-Llama-style layer saves for its backward: two RMSNorms (each its fp32 upcast, the normalised tensor its weight
-multiplies, and its output, which the next projection saves: 2(4 + c + c)h; Gemma's and OLMo's scale in fp32,
-4 + 4 + c; Gemma 2+ also normalises each sublayer's output, 4 + 4 more each; a LayerNorm keeps its 16-bit input
-and output, 2c), q, k, v and
-the attention output (c(2q + 2kv)), the MLP's gate, SiLU, up and product (4c i, the MoE's active experts, which
-also keep each token's copy per expert and each expert's output, 2k c h, and the router's softmax; a
-two-matrix MLP 2c i with a fused GELU, 5c i with gelu_new's formula spelt out in Python, c i with ReLU),
-LoRA dropout's copy and mask of each adapted module's input, QK-norm's fp32 copy and output of q and k
-((4 + c)(q + kv): Qwen3, OLMo-2/3, Gemma-3, ...; measured by tests/train/test_activation_memory.py); eager
-attention (no FlashAttention/SDPA kernel)
-adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
-one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms
-and the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit)
-+ 4 (fp32 upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry; chunked
-cross-entropy keeps c + 4, fused (Liger) none.
+Activations and logits: launchpad/planner/activations.py (what autograd saves per layer, and why).
 Packing changes nothing in the tensors at the peak (the worst micro-batch is full-length rows either way), but
 fixed-shape batches let the caching allocator reuse its blocks; rows of varying length leave holes among the
 activations' blocks, another `fragmentation_unpacked` share of them (configs/planner.yaml).
@@ -61,8 +46,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .activations import activation_terms
 from .deepspeed_memory import DEEPSPEED_REUSE_DISTANCE, DeepSpeedMemory, read_deepspeed
-from .lora_targets import LORA_DEFAULT_TARGETS, adapted_modules, adapts_head, lora_trainable_params, targets_of_pattern
+from .lora_targets import (
+    LORA_DEFAULT_TARGETS,
+    adapted_modules,
+    adapts_head,
+    lora_trainable_params,
+    targets_of_pattern,
+)
 from .shapes import ModelShape, UnknownModel, resolve_shape, shape_from_config, try_shape
 
 GIB = float(2**30)
@@ -244,95 +236,6 @@ def _optimizer_kind(name: str) -> tuple[str, bool]:
     return "adamw", paged
 
 
-# Tensors of the MLP's width that a two-matrix MLP saves for its backward pass, by activation: a fused kernel
-# (F.gelu, tanh-approximate or not) saves its input, and the down projection its output; Hugging Face's
-# gelu_new (GPT-2, phi, GPT-J) spells the tanh formula out in Python and autograd keeps its intermediates
-# (x, tanh, x/2, 1 + tanh); quick_gelu keeps x and its sigmoid; ReLU's output serves both.
-_PLAIN_MLP_SAVED = {"gelu_new": 5, "gelu_fast": 5, "gelu_python": 5, "quick_gelu": 3, "relu": 1}
-
-
-def _mlp_saved(shape: ModelShape, s: TrainSetup) -> int:
-    """How many tensors of the MLP's width one layer saves: a gated MLP its gate, up, activation and their
-    product; a plain one by its activation (`_PLAIN_MLP_SAVED`, else 2)."""
-    if shape.gated_mlp:
-        return 4
-    if s.fused_activation:
-        return 1 if shape.hidden_act == "relu" else 2
-    return _PLAIN_MLP_SAVED.get(shape.hidden_act, 2)
-
-
-def attention_is_eager(shape: ModelShape, s: TrainSetup) -> tuple[bool, str]:
-    """(eager attention?, why when the architecture, not the setup, decides it). `s.attention` "flash" is
-    FlashAttention-2 for sure (the recipe's flash_attention: true), "sdpa" whatever memory-efficient kernel
-    the machine has: SDPA, or FlashAttention-2 only where flash-attn happens to be installed."""
-    if s.attention == "eager":
-        return True, ""
-    if "flash" not in shape.attention_kernels:
-        return True, "transformers has no FlashAttention-2 or SDPA for this architecture"
-    if "sdpa" not in shape.attention_kernels and s.attention != "flash":
-        return True, "no SDPA for this architecture in transformers, and flash_attention is not true"
-    return False, ""
-
-
-def _activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
-    h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
-    i = shape.active_intermediate
-    tokens = s.sequence_len * s.micro_batch_size
-    m = _mlp_saved(shape, s)
-    r = 4.0 if s.fp32_residual else c  # bytes of the residual stream, the norms' outputs and the MLP's tensors
-    # an RMSNorm saves its input upcast to fp32 and the normalised tensor its weight multiplies (fp32 where it scales
-    # in fp32), and the projection after it saves its output (r); a LayerNorm keeps its input as is, and the output.
-    # Gemma 2+ also normalises each sublayer's output before the residual add: nothing saves those outputs
-    n = 4.0 if shape.norm_fp32 else r
-    norm, post = (2 * r, 0.0) if shape.layer_norm else (4 + n + r, (4 + n) * (shape.norms_per_layer - 2))
-    per_layer = 2 * norm * h + post * h + c * (2 * q + 2 * kv) + m * r * i
-    how = (f"2({'2*' + format(r, 'g') if shape.layer_norm else f'4+{n:g}+{r:g}'})h"
-           + (f" + {post:g}h (post-norms)" if post else "") + f" + {c:g}(2q+2kv) + {m}*{r:g}*i"
-           + (" (fp32 residual stream: kbit preparation)" if r != c else ""))
-    if shape.experts and shape.moe_layers:
-        # an MoE layer gathers each token's hidden state for each of its k experts and keeps each expert's output
-        # until the weighted sum (2 k r h); the router its fp32 softmax over the experts and the dispatch indices
-        k, share = shape.experts_per_tok, shape.moe_layers / L
-        dispatch = 2 * k * r * h + 4 * shape.experts + 40 * k
-        per_layer += dispatch * share
-        how += f" + MoE dispatch 2*{k}*{r:g}h + 4E + 40k" + (f" x {share:.2f} of the layers" if share < 1 else "")
-    if shape.qk_norm:  # q and k go through a norm too: its fp32 copy, and (weighted) its output for the weight's grad
-        qk = 4 + (n if shape.qk_norm == "rms" else 0)
-        per_layer += qk * (q + kv)
-        how += f" + QK-norm {qk:g}(q+kv)"
-    if s.adapter != "full" and s.lora_dropout > 0:
-        drop = sum((r + 1) * i for _, i, _ in adapted_modules(shape, s.lora_target_modules))
-        per_layer += drop
-        how += f" + LoRA dropout {drop:g}"
-    eager, why = attention_is_eager(shape, s)
-    if eager:
-        per_layer += shape.heads * s.sequence_len * (4 + c)
-        how += f" + eager softmax heads*seq*(4+{c:g})" + (f" ({why})" if why else "")
-    scale = 0.72 if s.compiled else 1.0  # torchtune's table: compile took 9 of 27 GB of activations
-    if s.gradient_checkpointing and s.activation_offload:
-        acts = tokens * per_layer * scale
-        formula = (f"{tokens} tokens x one layer recomputed {per_layer / 1024:.0f} KiB [checkpointed inputs "
-                   f"offloaded to host RAM; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
-    elif s.gradient_checkpointing:
-        acts = tokens * (L * r * h + per_layer * scale)
-        formula = (f"{tokens} tokens x ({L} layers x {r:g}h + one layer recomputed {per_layer / 1024:.0f} KiB) "
-                   f"[gradient checkpointing; per layer {how}; h={h}, q={q}, kv={kv}, i={i}]")
-    else:
-        acts = tokens * L * per_layer * scale
-        formula = f"{tokens} tokens x {L} layers x {per_layer / 1024:.0f} KiB [{how}; h={h}, q={q}, kv={kv}, i={i}]"
-    # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
-    # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
-    per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
-    if s.adapter != "full" and adapts_head(s.lora_target_modules):
-        per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
-    logits = tokens * shape.vocab * per_vocab
-    terms = [Term("activations", acts / GIB, formula, phase="forward")]
-    if logits:
-        terms.append(Term("logits", logits / GIB, f"{tokens} tokens x vocab {shape.vocab} x {per_vocab:g} bytes "
-                                                   f"({s.loss} cross-entropy)", phase="forward"))
-    return terms
-
-
 def _reuse_term(shape: ModelShape, s: TrainSetup, weight_bytes: float) -> list[Term]:
     """ZeRO-3 does not release a gathered parameter that the trace uses again within `reuse_distance`
     parameters. At the turn from the forward to the backward pass the last layers are used again after
@@ -447,7 +350,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         if s.deepspeed:
             wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
             terms.extend(_reuse_term(shape, s, weight_bytes=wb))
-    terms.extend(_activation_terms(shape, s, c))
+    terms.extend(Term(name, gb, formula, phase="forward") for name, gb, formula in activation_terms(shape, s, c))
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),
@@ -464,6 +367,7 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
     targets = recipe.lora_target_modules
     if isinstance(targets, str):
         targets = targets_of_pattern(targets)
+    quantised = recipe.adapter == "qlora" or bool(getattr(recipe, "load_in_8bit", False))
     return TrainSetup(
         adapter=recipe.adapter, sequence_len=recipe.sequence_len, micro_batch_size=recipe.micro_batch_size,
         # QLoRA always checkpoints (the trainer turns it on, as Axolotl does)
@@ -475,7 +379,8 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         offload_optimizer=off_opt, offload_param=off_par, reuse_distance=reuse,
         load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
         precision="fp32" if recipe.bf16 is False else "bf16",
-        fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)),
+        # TRL's SFTTrainer puts a quantised model's trainable params (the adapters) in bf16; PEFT's own are fp32
+        fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)) and not quantised,
         # FlashAttention-2 when the recipe insists, else SDPA (or FlashAttention-2 where installed); eager only
         # where transformers has neither for the architecture (attention_is_eager)
         attention="flash" if getattr(recipe, "flash_attention", "auto") is True else "sdpa", loss="standard",
@@ -484,7 +389,7 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         # PEFT's kbit preparation (launchpad's trainer runs it) leaves embeddings and norms in fp32, bitsandbytes
         # returns each linear's output in its input's dtype, and TRL (>= 1.x) no longer casts them back to bf16:
         # the layers' residual stream is fp32 (tests/train/test_qlora.py). Published runs differ: off by default.
-        fp32_residual=recipe.adapter == "qlora" or bool(getattr(recipe, "load_in_8bit", False)),
+        fp32_residual=quantised,
     )
 
 

@@ -156,9 +156,10 @@ def test_an_fp32_residual_stream_doubles_the_checkpointed_inputs_and_the_mlp_but
     extra = (fp32.parts["activations"] - bf16.parts["activations"]) * 2**30
     h, i, L = shape.hidden, shape.intermediate, shape.layers
     dropped = sum(inputs for _, inputs, _ in adapted_modules(shape, None))  # the adapted projections' inputs
-    # each checkpointed layer input 2 more bytes per element; in the layer recomputed: the two norms' normalised
-    # tensors and outputs, the MLP's four tensors and LoRA dropout's copies of the adapted projections' (fp32) inputs
-    assert extra == pytest.approx(tokens * (L * 2 * h + 2 * 2 * 2 * h + 4 * 2 * i + 2 * dropped))
+    # each checkpointed layer input 2 more bytes per element; in the layer recomputed: the MLP's three tensors
+    # (a frozen norm keeps its fp32 upcast either way; LoRA dropout's copies are in the adapters' fp32 either way)
+    assert extra == pytest.approx(tokens * (L * 2 * h + 3 * 2 * i))
+    assert dropped
     assert fp32.parts["logits"] == bf16.parts["logits"]  # the head's output is 16-bit under autocast
     assert any("fp32 residual stream" in line for line in fp32.explain())
 
@@ -225,12 +226,19 @@ def test_qk_norm_is_read_from_the_model_type_or_the_config_switch() -> None:
 def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
     """A fused GELU (GPT-NeoX's F.gelu) saves its input and the down projection its output: 2 tensors of the
     MLP's width; Hugging Face's gelu_new (phi, GPT-2) spells the tanh formula out and autograd keeps 5; a
-    gated MLP 4; LitGPT calls one fused kernel for every GELU variant."""
-    def per_token_mlp(model: str, **kw) -> float:  # the activations' growth with the MLP width, per layer
-        e = est("lora", model=model, gradient_checkpointing=False, lora_dropout=0.0, **kw)
-        shape = e.shape
-        norm = 2 * 2 if shape.layer_norm else 4 + 2 + 2  # a LayerNorm's input and output; an RMSNorm's: memory.py
-        other = 2 * norm * shape.hidden + 2 * (2 * shape.q_dim + 2 * shape.kv_dim)
+    gated MLP 4; LitGPT calls one fused kernel for every GELU variant. Under LoRA the last of them is only the
+    frozen down projection's input, which nothing keeps."""
+    def per_token_mlp(model: str, adapter: str = "full", **kw) -> float:  # growth with the MLP width, per layer
+        e = est(adapter, model=model, gradient_checkpointing=False, lora_dropout=0.0, lora_target_modules=("q_proj",),
+                fp32_master_weights=False, **kw)
+        shape, h = e.shape, e.shape.hidden
+        if adapter == "full":  # a LayerNorm's input and output; an RMSNorm's fp32 upcast, normalised tensor, output
+            norms = 2 * (2 * 2 if shape.layer_norm else 4 + 2 + 2) * h
+        else:  # frozen: the LayerNorm's input; the RMSNorm's fp32 upcast
+            norms = 2 * (2 if shape.layer_norm else 4) * h
+        lora = 2 * 8 if adapter == "lora" else 0  # lora_A's output (its input, the attention's input, is kept below)
+        kept = 2 * h if adapter == "lora" else 0
+        other = norms + 2 * (2 * shape.q_dim + 2 * shape.kv_dim) + lora + kept
         return (e.parts["activations"] * 2**30 / (2048 * shape.layers) - other) / (2 * shape.intermediate)
 
     assert shape_of("EleutherAI/pythia-1.4b-deduped").hidden_act == "gelu"  # the table says gpt_neox only
@@ -239,6 +247,8 @@ def test_a_two_matrix_mlp_saves_what_its_activation_needs() -> None:
     assert per_token_mlp("microsoft/phi-2") == pytest.approx(5)
     assert per_token_mlp("microsoft/phi-2", fused_activation=True) == pytest.approx(2)
     assert per_token_mlp(LLAMA3_8B) == pytest.approx(4)
+    assert per_token_mlp(LLAMA3_8B, adapter="lora") == pytest.approx(3)
+    assert per_token_mlp("microsoft/phi-2", adapter="lora") == pytest.approx(4)
     opt = shape_from_config({"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
                              "num_attention_heads": 12, "vocab_size": 50272})
     assert opt.hidden_act == "relu" and not opt.gated_mlp

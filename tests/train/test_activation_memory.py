@@ -19,12 +19,13 @@ from launchpad.planner.shapes import shape_from_config  # noqa: E402
 
 SIZES: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
                          "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000}
-TOKENS = 256
+TOKENS = 192  # a length no model dimension is a multiple of: activations are the tensors with it in their shape
 
 
 def _recorder(saved: dict[int, int]):
     def keep(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        if any(d and d % TOKENS == 0 for d in t.shape):  # per token: not a weight (autocast's casts of the adapters)
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return t
     return keep
 
@@ -95,3 +96,121 @@ def test_an_moe_layer_also_keeps_each_token_s_copy_for_each_expert_and_the_exper
     extra = tuple({"num_experts_per_tok": 2, **experts}.items())
     measured = saved_bytes_per_token_and_layer(model_type, extra)
     assert measured == pytest.approx(estimated_bytes_per_token_and_layer(model_type, extra), rel=0.01)
+
+
+def _per_layer(build, autocast: bool) -> float:
+    """Per token and decoder layer: what autograd saves for a model built by `build(layers)` with 2 layers, minus
+    with 1. The embeddings' output requires grad (as under gradient checkpointing: enable_input_require_grads),
+    so the first layer is like the others; `autocast`: under bf16 autocast, as the trainer runs."""
+    import contextlib
+
+    totals = []
+    for layers in (1, 2):
+        model = build(layers)
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        saved: dict[int, int] = {}
+        ids = torch.randint(3, SIZES["vocab_size"], (1, TOKENS))
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        with cast, torch.autograd.graph.saved_tensors_hooks(_recorder(saved), lambda t: t):
+            model(input_ids=ids, labels=ids).loss.backward()
+        totals.append(sum(n for ptr, n in saved.items() if ptr not in params))
+    return (totals[1] - totals[0]) / TOKENS
+
+
+@functools.cache
+def saved_bytes_with_lora(targets: tuple[str, ...], dropout: float, fp32_adapters: bool) -> float:
+    """Per token and Llama layer under PEFT's LoRA (r 8), the base frozen in bf16: fp32 adapters (PEFT's
+    default) under bf16 autocast, as a trainer runs them; bf16 adapters without autocast (a pure bf16 run)."""
+    peft = pytest.importorskip("peft")
+
+    def build(layers: int):
+        config = transformers.AutoConfig.for_model("llama", num_hidden_layers=layers, **SIZES)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        model.enable_input_require_grads()
+        lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=dropout, target_modules=list(targets))
+        return peft.get_peft_model(model, lora, autocast_adapter_dtype=fp32_adapters).train()
+
+    return _per_layer(build, autocast=fp32_adapters)
+
+
+def _cpu_dropout_masks(shape, targets, dropout: float, stored: int) -> float:
+    """On CPU dropout's mask is a tensor of its input's dtype (the adapters' own, after PEFT's cast); CUDA's fused
+    kernel keeps one byte an element, which the estimate counts."""
+    from launchpad.planner.lora_targets import adapted_modules
+
+    return sum((stored - 1) * fin for _, fin, _ in adapted_modules(shape, targets)) if dropout else 0.0
+
+
+@pytest.mark.parametrize("fp32_adapters", [True, False])
+@pytest.mark.parametrize("dropout", [0.0, 0.05])
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("o_proj", "down_proj"),
+                                     ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")])
+def test_a_lora_layer_saves_what_the_estimate_counts(targets: tuple[str, ...], dropout: float, fp32_adapters: bool) -> None:
+    """A frozen projection keeps nothing for its weight's grad, a frozen RMSNorm only its fp32 upcast, and the MLP's
+    product only where down_proj is adapted. Each adapted module keeps its input as its 16-bit matmul reads it: a
+    copy of its own where PEFT's cast to fp32 adapters (and autocast's back) makes one, else the shared input
+    once; with dropout, the dropout's output and mask; and lora_A's output."""
+    config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **SIZES)
+    shape = shape_from_config(config.to_dict())
+    est = estimate_memory(shape, TrainSetup(adapter="lora", sequence_len=TOKENS, micro_batch_size=1,
+                                            gradient_checkpointing=False, lora_r=8, lora_dropout=dropout,
+                                            lora_target_modules=targets, fp32_master_weights=fp32_adapters))
+    estimated = est.parts["activations"] * 2**30 / TOKENS
+    masks = _cpu_dropout_masks(shape, targets, dropout, 4 if fp32_adapters else 2)
+    assert saved_bytes_with_lora(targets, dropout, fp32_adapters) == pytest.approx(estimated + masks, rel=0.01)
+
+
+@pytest.mark.parametrize("recipe_name", ["smoke-qlora.yaml", "smoke-lora.yaml"])
+@pytest.mark.parametrize("dropout", [0.0, 0.05])
+def test_launchpad_s_own_lora_and_qlora_layers_save_what_their_plan_counts(recipe_name: str, dropout: float,
+                                                                          tmp_path_factory) -> None:
+    """The trainer's own model (build_model: 4-bit NF4 base with PEFT's kbit preparation, or a bf16 base; TRL's
+    cast of a quantised model's adapters to bf16), under bf16 autocast, against the plan's estimate
+    (setup_from_recipe): the fp32 residual stream, the casts each adapted module makes, the frozen layers."""
+    import json
+    import shutil
+    from dataclasses import replace
+    from pathlib import Path
+
+    from peft import get_peft_model
+
+    from launchpad.planner.memory import setup_from_recipe
+    from launchpad.planner.shapes import resolve_shape
+    from launchpad.recipe import load_recipe
+    from launchpad.train.model import Precision, build_model
+    from launchpad.train.tiny import ensure_tiny_llama
+
+    if recipe_name == "smoke-qlora.yaml":
+        pytest.importorskip("bitsandbytes")
+    repo = Path(__file__).resolve().parents[2]
+    recipe = load_recipe(repo / "recipes" / recipe_name).model_copy(
+        update={"lora_modules_to_save": None, "lora_dropout": dropout})
+    tiny = ensure_tiny_llama(tmp_path_factory.mktemp("tiny"))
+    folders: dict[int, Path] = {}
+    for layers in (1, 2):  # the builtin tiny Llama with 1 and 2 layers
+        folder = tmp_path_factory.mktemp(f"tiny{layers}")
+        shutil.copytree(tiny, folder, dirs_exist_ok=True)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+        torch.manual_seed(0)
+        transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(folder)).save_pretrained(folder)
+        folders[layers] = folder
+
+    def build(layers: int):
+        model, _, peft_config = build_model(recipe, str(folders[layers]), Precision(bf16=True, fp16=False),
+                                            log=lambda _: None)
+        model.enable_input_require_grads()
+        model = get_peft_model(model, peft_config)
+        model.base_model.model.gradient_checkpointing_disable()  # one layer's worth, not the checkpointed inputs
+        if recipe.adapter == "qlora":  # TRL's SFTTrainer: a quantised model's trainable params in bf16
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.data = p.data.to(torch.bfloat16)
+        return model.train()
+
+    setup = replace(setup_from_recipe(recipe), sequence_len=TOKENS, micro_batch_size=1, gradient_checkpointing=False)
+    shape = resolve_shape(str(folders[1]))
+    estimated = estimate_memory(shape, setup).parts["activations"] * 2**30 / TOKENS
+    masks = _cpu_dropout_masks(shape, setup.lora_target_modules, dropout, 4 if setup.fp32_master_weights else 2)
+    assert _per_layer(build, autocast=True) == pytest.approx(estimated + masks, rel=0.01)
