@@ -214,3 +214,24 @@ def test_launchpad_s_own_lora_and_qlora_layers_save_what_their_plan_counts(recip
     estimated = estimate_memory(shape, setup).parts["activations"] * 2**30 / TOKENS
     masks = _cpu_dropout_masks(shape, setup.lora_target_modules, dropout, 4 if setup.fp32_master_weights else 2)
     assert _per_layer(build, autocast=True) == pytest.approx(estimated + masks, rel=0.01)
+
+
+def test_a_frozen_moe_layer_keeps_the_expert_outputs_for_the_routing_weights() -> None:
+    """Under LoRA on the attention, a frozen MoE layer keeps no expert inputs (their weights need no grad), but
+    each expert's output stays for the routing weights' grad (k r h a token), beside the experts' frozen MLPs."""
+    peft = pytest.importorskip("peft")
+    experts = (("num_local_experts", 4), ("num_experts_per_tok", 2))
+
+    def build(layers: int):
+        config = transformers.AutoConfig.for_model("mixtral", num_hidden_layers=layers, **SIZES, **dict(experts))
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        model.enable_input_require_grads()
+        lora = peft.LoraConfig(r=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+        return peft.get_peft_model(model, lora, autocast_adapter_dtype=False).train()
+
+    config = transformers.AutoConfig.for_model("mixtral", num_hidden_layers=1, **SIZES, **dict(experts))
+    est = estimate_memory(shape_from_config(config.to_dict()),
+                          TrainSetup(adapter="lora", sequence_len=TOKENS, micro_batch_size=1, gradient_checkpointing=False,
+                                     lora_dropout=0.0, lora_target_modules=("q_proj", "v_proj"), fp32_master_weights=False))
+    assert _per_layer(build, autocast=False) == pytest.approx(est.parts["activations"] * 2**30 / TOKENS, rel=0.01)
