@@ -202,7 +202,8 @@ def test_launchpad_s_own_lora_and_qlora_layers_save_what_their_plan_counts(recip
                                             log=lambda _: None)
         model.enable_input_require_grads()
         model = get_peft_model(model, peft_config)
-        model.base_model.model.gradient_checkpointing_disable()  # one layer's worth, not the checkpointed inputs
+        inner = model.base_model.model  # one layer's worth, not the checkpointed inputs (the name from transformers 5.x)
+        (getattr(inner, "activation_checkpointing_disable", None) or inner.gradient_checkpointing_disable)()
         if recipe.adapter == "qlora":  # TRL's SFTTrainer: a quantised model's trainable params in bf16
             for p in model.parameters():
                 if p.requires_grad:
