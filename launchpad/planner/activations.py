@@ -20,7 +20,7 @@ kernel) adds the softmax (4 + c bytes per head per key). Gradient checkpointing 
 one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms and
 the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit) + 4 (fp32
 upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps
-c + 4, fused (Liger) none.
+c + 4, fused (Liger) none; launchpad's trainer one tile of TRL's tiled LM head (`_tiled_head`).
 """
 
 from __future__ import annotations
@@ -164,12 +164,40 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
         formula = f"{tokens} tokens x {L} layers x {per_layer / 1024:.0f} KiB [{how}; h={h}, q={q}, kv={kv}, i={i}]"
     # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
     # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
+    terms = [("activations", acts / GIB, formula)]
+    if s.loss == "tiled":
+        terms.append(("logits", *_tiled_head(shape, s, c, r, tokens)))
+        return terms
     per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab
-    terms = [("activations", acts / GIB, formula)]
     if logits:
         terms.append(("logits", logits / GIB, f"{tokens} tokens x vocab {shape.vocab} x {per_vocab:g} bytes "
                                               f"({s.loss} cross-entropy)"))
     return terms
+
+
+# TRL's SFTTrainer (>= 1.15, launchpad's trainer) scores the LM head in tiles of 4096 tokens x 32768 vocabulary
+# entries (trl/kernels/chunked_logprob.py), never the whole logits. What a tile costs at its peak, per element, was
+# measured on CPU (tests/train/test_activation_memory.py: the torch-ops path, fp32 temporaries beside the 16-bit
+# tile); CUDA's Triton kernel folds each tile in place, so this is the most it keeps.
+TILE_TOKENS, TILE_VOCAB, TILE_BYTES = 4096, 32768, 29.0
+
+
+def _tiled_head(shape: ModelShape, s: TrainSetup, c: float, r: float, tokens: int) -> tuple[float, str]:
+    """GiB and formula of TRL's tiled LM head at the loss's backward: one tile, the head's rows cast to 16 bits
+    for it where the head is fp32, the hidden states it keeps (r) and their fp32 grad, and the head's own fp32
+    grad where it trains."""
+    h, v = shape.hidden, shape.vocab
+    tile = min(tokens, TILE_TOKENS) * min(v, TILE_VOCAB) * TILE_BYTES
+    head_fp32 = (s.adapter == "full" and s.fp32_master_weights and not s.deepspeed) or (
+        s.kbit_upcast and (s.adapter == "qlora" or s.load_in_8bit))
+    rows = min(v, TILE_VOCAB) * h * c if head_fp32 else 0.0
+    hidden = tokens * h * (r + 4)
+    trains_head = s.adapter == "full" or any(m in ("lm_head", "embed_tokens") for m in s.lora_modules_to_save)
+    head_grad = v * h * 4 if trains_head else 0.0
+    how = (f"one tile {min(tokens, TILE_TOKENS)} tokens x {min(v, TILE_VOCAB)} vocab x {TILE_BYTES:g} bytes"
+           + (f" + the head's rows in {c:g} bytes" if rows else "") + f" + {tokens} tokens x h x ({r:g}+4)"
+           + (" + the head's fp32 grad" if head_grad else "") + " (TRL's tiled LM head: no full logits)")
+    return (tile + rows + hidden + head_grad) / GIB, how

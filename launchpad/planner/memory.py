@@ -83,7 +83,7 @@ class TrainSetup:
     fp32_master_weights: bool = True  # full: fp32 params (or DeepSpeed's fp32 master); False = pure bf16
     deepspeed: bool = False  # ZeRO through DeepSpeed (16-bit params + fp32 master in the optimiser)
     attention: str = "flash"  # flash | sdpa (memory-efficient kernels: linear in the sequence) | eager
-    loss: str = "standard"  # standard | chunked | fused cross-entropy
+    loss: str = "standard"  # standard | chunked | fused cross-entropy | tiled (TRL's LM head: launchpad's trainer)
     kbit_upcast: bool = True  # PEFT's prepare_model_for_kbit_training casts non-quantised weights to fp32
     optimizer_in_backward: bool = False  # each param stepped as its grad arrives (torchtune)
     packing: bool = False
@@ -383,7 +383,7 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         fp32_master_weights=bool(getattr(recipe, "fp32_master_weights", True)) and not quantised,
         # FlashAttention-2 when the recipe insists, else SDPA (or FlashAttention-2 where installed); eager only
         # where transformers has neither for the architecture (attention_is_eager)
-        attention="flash" if getattr(recipe, "flash_attention", "auto") is True else "sdpa", loss="standard",
+        attention="flash" if getattr(recipe, "flash_attention", "auto") is True else "sdpa", loss="tiled",
         packing=bool(getattr(recipe, "sample_packing", False)),
         gradient_accumulation_steps=int(getattr(recipe, "gradient_accumulation_steps", 1)),
         # PEFT's kbit preparation (launchpad's trainer runs it) leaves embeddings and norms in fp32, bitsandbytes

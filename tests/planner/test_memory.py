@@ -364,7 +364,8 @@ def test_setup_from_recipe(write_recipe) -> None:
     assert (s.adapter, s.lora_r, s.lora_target_modules, s.micro_batch_size) == ("lora", 16, ("q_proj", "v_proj"), 2)
     # the machine's memory-efficient kernel (SDPA, or FlashAttention-2 where installed); FlashAttention-2 for
     # sure only when the recipe says flash_attention: true
-    assert (s.attention, s.loss, s.kbit_upcast, s.deepspeed) == ("sdpa", "standard", True, False)
+    # and TRL's tiled LM head (the trainer's SFTTrainer >= 1.15 never holds the whole logits)
+    assert (s.attention, s.loss, s.kbit_upcast, s.deepspeed) == ("sdpa", "tiled", True, False)
     assert setup_from_recipe(write_recipe(adapter="lora", flash_attention=True)).attention == "flash"
     assert setup_from_recipe(write_recipe(adapter="qlora", gradient_checkpointing=False)).gradient_checkpointing
     # launchpad's kbit runs keep the residual stream in fp32 (tests/train/test_qlora.py shows it on the model)
@@ -372,3 +373,20 @@ def test_setup_from_recipe(write_recipe) -> None:
     assert setup_from_recipe(write_recipe(adapter="lora", load_in_8bit=True)).fp32_residual
     full = setup_from_recipe(write_recipe(adapter="full", fp32_master_weights=False, deepspeed="zero3"))
     assert (full.fp32_master_weights, full.zero_stage, full.deepspeed) == (False, 3, True)
+
+
+def test_trl_s_tiled_lm_head_is_one_tile_whatever_the_context() -> None:
+    """What launchpad's trainer holds for its LM head (measured on CPU in tests/train/test_activation_memory.py):
+    one tile of at most 4096 tokens x 32768 entries, the hidden states and their fp32 grad, not the logits."""
+    shape, GiB = shape_of(LLAMA3_8B), 2**30
+    h = shape.hidden
+
+    def logits(**kw) -> float:
+        return est("qlora", **{"loss": "tiled", "fp32_residual": True, **kw}).parts["logits"] * GiB
+
+    rows = 32768 * h * 2  # the fp32 head (PEFT's kbit preparation) cast to 16 bits, a tile's rows at a time
+    assert logits(sequence_len=2048, micro_batch_size=4) == pytest.approx(4096 * 32768 * 29 + rows + 8192 * h * 8)
+    assert logits(sequence_len=512) == pytest.approx(512 * 32768 * 29 + rows + 512 * h * 8)
+    standard = est("qlora", sequence_len=2048, micro_batch_size=4, fp32_residual=True).parts["logits"] * GiB
+    assert standard == pytest.approx(8192 * shape.vocab * 14) and standard > 3 * logits(sequence_len=2048, micro_batch_size=4)
+    assert "no full logits" in "\n".join(est("qlora", loss="tiled").explain())

@@ -7,6 +7,7 @@ what one design saves beyond another must be what the estimate adds for it."""
 from __future__ import annotations
 
 import functools
+import tempfile
 from typing import Any
 
 import pytest
@@ -236,3 +237,65 @@ def test_a_frozen_moe_layer_keeps_the_expert_outputs_for_the_routing_weights() -
                           TrainSetup(adapter="lora", sequence_len=TOKENS, micro_batch_size=1, gradient_checkpointing=False,
                                      lora_dropout=0.0, lora_target_modules=("q_proj", "v_proj"), fp32_master_weights=False))
     assert _per_layer(build, autocast=False) == pytest.approx(est.parts["activations"] * 2**30 / TOKENS, rel=0.01)
+
+
+def _step_peak_bytes(step) -> int:
+    """The most bytes allocated at once while `step()` runs, from torch's memory profiler (its timeline of the
+    tensors created and destroyed), the tensors that existed before not counted."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    now = peak = 0
+    for _, action, _, size in prof._memory_profile().timeline:
+        if str(action).endswith("CREATE"):
+            now += size
+        elif str(action).endswith("DESTROY"):
+            now -= size
+        peak = max(peak, now)
+    return peak
+
+
+@functools.cache
+def sft_step_peak(vocab: int, tokens: int) -> int:
+    """Peak bytes of one TRL SFTTrainer training step (LoRA on q/v, bf16 autocast) of a 1-layer Llama."""
+    datasets = pytest.importorskip("datasets")
+    peft = pytest.importorskip("peft")
+    trl = pytest.importorskip("trl")
+    from launchpad.train.tiny import build_tokenizer
+
+    with tempfile.TemporaryDirectory() as out:
+        config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        rows = datasets.Dataset.from_dict({"input_ids": [list(range(3, 3 + tokens))] * 2})
+        args = trl.SFTConfig(output_dir=out, max_steps=2, per_device_train_batch_size=1,
+                             bf16=True, use_cpu=True, report_to=[], save_strategy="no", max_length=tokens, packing=False,
+                             disable_tqdm=True)
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=build_tokenizer(),
+                                 peft_config=peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        trainer.create_optimizer_and_scheduler(num_training_steps=2)
+        trainer.current_gradient_accumulation_steps = 1
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.model.train()
+        trainer.training_step(trainer.model, batch)  # the first step allocates the optimizer's states
+        return _step_peak_bytes(lambda: trainer.training_step(trainer.model, batch))
+
+
+def test_trl_s_tiled_lm_head_costs_one_tile_not_the_logits() -> None:
+    """launchpad's trainer (TRL's SFTTrainer >= 1.15) scores the LM head in tiles of 4096 tokens x 32768 entries:
+    the step's peak grows with the vocabulary by what the estimate's "logits" term says, up to one tile, and not
+    at all past it (a vocabulary of 65536 peaks where one of 32768 does). The standard cross-entropy would keep
+    14 bytes per token and entry, for the whole vocabulary."""
+    pytest.importorskip("trl", minversion="1.15")
+
+    def logits(vocab: int) -> float:
+        config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
+        setup = TrainSetup(adapter="lora", sequence_len=512, micro_batch_size=1, loss="tiled",
+                           lora_target_modules=("q_proj", "v_proj"))
+        return estimate_memory(shape_from_config(config.to_dict()), setup).parts["logits"] * 2**30
+
+    grew = sft_step_peak(32768, 512) - sft_step_peak(16384, 512)
+    assert grew == pytest.approx(logits(32768) - logits(16384), rel=0.02)
+    assert logits(65536) == logits(32768)
+    assert sft_step_peak(65536, 512) == pytest.approx(sft_step_peak(32768, 512), rel=0.02)
