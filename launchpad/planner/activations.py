@@ -195,7 +195,8 @@ def _tiled_head(shape: ModelShape, s: TrainSetup, c: float, r: float, tokens: in
         s.kbit_upcast and (s.adapter == "qlora" or s.load_in_8bit))
     rows = min(v, TILE_VOCAB) * h * c if head_fp32 else 0.0
     hidden = tokens * h * (r + 4)
-    trains_head = s.adapter == "full" or any(m in ("lm_head", "embed_tokens") for m in s.lora_modules_to_save)
+    saved = set(s.lora_modules_to_save)
+    trains_head = s.adapter == "full" or "lm_head" in saved or (shape.tied_embeddings and "embed_tokens" in saved)
     head_grad = v * h * 4 if trains_head else 0.0
     how = (f"one tile {min(tokens, TILE_TOKENS)} tokens x {min(v, TILE_VOCAB)} vocab x {TILE_BYTES:g} bytes"
            + (f" + the head's rows in {c:g} bytes" if rows else "") + f" + {tokens} tokens x h x ({r:g}+4)"
