@@ -1,8 +1,9 @@
-"""The memory estimate's per-layer activation terms against what autograd really saves: tiny random-init models
-of the same sizes in bf16 on CPU, the bytes of every tensor saved for the backward pass (torch's
-saved_tensors_hooks, each storage counted once, parameters left out), one layer against two. Kernels differ
-between CPU and GPU (what SDPA keeps, GQA's repeated keys), so the test compares architectures with each other:
-what one design saves beyond another must be what the estimate adds for it."""
+"""The memory estimate against what torch really keeps, on CPU. Per layer: tiny random-init models in bf16, the
+bytes of every tensor autograd saves for the backward pass (saved_tensors_hooks, each storage once, parameters
+left out, only tensors with the token dimension), one layer against two, for Llama and the architectures that
+differ from it, PEFT's LoRA and the trainer's own QLoRA/LoRA models. Whole steps: the peak from torch's memory
+profiler over a real step, for TRL's tiled LM head and foreach AdamW's step. Kernels differ between CPU and GPU
+(dropout's mask, TRL's Triton tile kernel): each test says what it adds or bounds for that."""
 
 from __future__ import annotations
 
@@ -299,3 +300,32 @@ def test_trl_s_tiled_lm_head_costs_one_tile_not_the_logits() -> None:
     assert grew == pytest.approx(logits(32768) - logits(16384), rel=0.02)
     assert logits(65536) == logits(32768)
     assert sft_step_peak(65536, 512) == pytest.approx(sft_step_peak(32768, 512), rel=0.02)
+
+
+def test_foreach_adamw_s_step_holds_a_copy_of_the_second_moments() -> None:
+    """The estimate's "optimizer step" term (adamw_torch, torch's default multi-tensor AdamW): a full step's peak
+    exceeds the fused kernel's by the square roots of every second moment, one fp32 copy of the parameters'
+    size, measured with torch's memory profiler over a real step of a 2-layer Llama in fp32 on CPU."""
+    config = transformers.AutoConfig.for_model("llama", num_hidden_layers=2, **SIZES)
+    shape = shape_from_config(config.to_dict())
+
+    def peak(foreach: bool) -> tuple[int, int]:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                              attn_implementation="sdpa").train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=foreach, fused=not foreach)
+        ids = torch.randint(0, SIZES["vocab_size"], (1, 64))
+
+        def step() -> None:
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        step()  # the states exist from the first step on
+        return _step_peak_bytes(step), sum(p.numel() for p in model.parameters())
+
+    (foreach, params), (fused, _) = peak(True), peak(False)
+    estimate = estimate_memory(shape, TrainSetup(adapter="full", sequence_len=64, optimizer="adamw_torch",
+                                                 precision="fp32", fp32_master_weights=True))
+    assert estimate.parts["optimizer step"] * 2**30 == pytest.approx(params * 4, rel=0.01)
+    assert foreach - fused == pytest.approx(params * 4, rel=0.02)
