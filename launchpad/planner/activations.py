@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from .memory import TrainSetup
     from .shapes import ModelShape
 
-GIB = float(2**30)
-
 
 # Tensors of the MLP's width that a two-matrix MLP saves for its backward pass, by activation: a fused kernel
 # (F.gelu, tanh-approximate or not) saves its input, and the down projection its output; Hugging Face's
@@ -66,7 +64,7 @@ def attention_is_eager(shape: ModelShape, s: TrainSetup) -> tuple[bool, str]:
     return False, ""
 
 
-def _trained_layer(shape: ModelShape, s: TrainSetup, c: float, r: float, m: int) -> tuple[float, str]:
+def _trained_layer(shape: ModelShape, c: float, r: float, m: int) -> tuple[float, str]:
     """Bytes per token one decoder layer saves when its weights train, and how. An RMSNorm saves its input upcast
     to fp32 and the normalised tensor its weight multiplies (fp32 where it scales in fp32), and the projection
     after it saves its output (r); a LayerNorm keeps its input as is, and the output. Gemma 2+ also normalises
@@ -134,14 +132,14 @@ def _frozen_layer(shape: ModelShape, s: TrainSetup, c: float, r: float, m: int) 
 
 
 def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[str, float, str]]:
-    """(name, GiB, formula) of the activations and the logits at their peak, for `estimate_memory`."""
+    """(name, bytes, formula) of the activations and the logits at their peak, for `estimate_memory`."""
     h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
     i = shape.active_intermediate
     tokens = s.sequence_len * s.micro_batch_size
     m = _mlp_saved(shape, s)
     r = 4.0 if s.fp32_residual else c  # bytes of the residual stream, the norms' outputs and the MLP's tensors
     if s.adapter == "full":
-        per_layer, how = _trained_layer(shape, s, c, r, m)
+        per_layer, how = _trained_layer(shape, c, r, m)
     else:
         per_layer, how = _frozen_layer(shape, s, c, r, m)
     if r != c:
@@ -162,18 +160,18 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
     else:
         acts = tokens * L * per_layer * scale
         formula = f"{tokens} tokens x {L} layers x {per_layer / 1024:.0f} KiB [{how}; h={h}, q={q}, kv={kv}, i={i}]"
-    # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
-    # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
-    terms = [("activations", acts / GIB, formula)]
+    terms = [("activations", acts, formula)]
     if s.loss == "tiled":
         terms.append(("logits", *_tiled_head(shape, s, c, r, tokens)))
         return terms
+    # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
+    # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
     per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab
     if logits:
-        terms.append(("logits", logits / GIB, f"{tokens} tokens x vocab {shape.vocab} x {per_vocab:g} bytes "
+        terms.append(("logits", logits, f"{tokens} tokens x vocab {shape.vocab} x {per_vocab:g} bytes "
                                               f"({s.loss} cross-entropy)"))
     return terms
 
@@ -186,7 +184,7 @@ TILE_TOKENS, TILE_VOCAB, TILE_BYTES = 4096, 32768, 29.0
 
 
 def _tiled_head(shape: ModelShape, s: TrainSetup, c: float, r: float, tokens: int) -> tuple[float, str]:
-    """GiB and formula of TRL's tiled LM head at the loss's backward: one tile, the head's rows cast to 16 bits
+    """Bytes and formula of TRL's tiled LM head at the loss's backward: one tile, the head's rows cast to 16 bits
     for it where the head is fp32, the hidden states it keeps (r) and their fp32 grad, and the head's own fp32
     grad where it trains."""
     h, v = shape.hidden, shape.vocab
@@ -201,4 +199,4 @@ def _tiled_head(shape: ModelShape, s: TrainSetup, c: float, r: float, tokens: in
     how = (f"one tile {min(tokens, TILE_TOKENS)} tokens x {min(v, TILE_VOCAB)} vocab x {TILE_BYTES:g} bytes"
            + (f" + the head's rows in {c:g} bytes" if rows else "") + f" + {tokens} tokens x h x ({r:g}+4)"
            + (" + the head's fp32 grad" if head_grad else "") + " (TRL's tiled LM head: no full logits)")
-    return (tile + rows + hidden + head_grad) / GIB, how
+    return tile + rows + hidden + head_grad, how

@@ -350,7 +350,7 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         if s.deepspeed:
             wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
             terms.extend(_reuse_term(shape, s, weight_bytes=wb))
-    terms.extend(Term(name, gb, formula, phase="forward") for name, gb, formula in activation_terms(shape, s, c))
+    terms.extend(Term(name, n / GIB, formula, phase="forward") for name, n, formula in activation_terms(shape, s, c))
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),

@@ -36,19 +36,14 @@ def _recorder(saved: dict[int, int]):
 def saved_bytes_per_token_and_layer(model_type: str, extra: tuple[tuple[str, Any], ...] = ()) -> float:
     """Bytes autograd saves per token for one decoder layer of `model_type` (two layers minus one); `extra`:
     config keys beside SIZES."""
-    totals = []
-    for layers in (1, 2):
+
+    def build(layers: int):
         config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=layers, **SIZES, **dict(extra))
         torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
-                                                              attn_implementation="sdpa").train()
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        saved: dict[int, int] = {}
-        ids = torch.randint(0, SIZES["vocab_size"], (1, TOKENS))
-        with torch.autograd.graph.saved_tensors_hooks(_recorder(saved), lambda t: t):
-            model(input_ids=ids, labels=ids).loss.backward()
-        totals.append(sum(n for ptr, n in saved.items() if ptr not in params))
-    return (totals[1] - totals[0]) / TOKENS
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
+                                                             attn_implementation="sdpa").train()
+
+    return _per_layer(build, autocast=False)
 
 
 def estimated_bytes_per_token_and_layer(model_type: str, extra: tuple[tuple[str, Any], ...] = ()) -> float:
@@ -102,8 +97,9 @@ def test_an_moe_layer_also_keeps_each_token_s_copy_for_each_expert_and_the_exper
 
 def _per_layer(build, autocast: bool) -> float:
     """Per token and decoder layer: what autograd saves for a model built by `build(layers)` with 2 layers, minus
-    with 1. The embeddings' output requires grad (as under gradient checkpointing: enable_input_require_grads),
-    so the first layer is like the others; `autocast`: under bf16 autocast, as the trainer runs."""
+    with 1. Under LoRA, `build` makes the embeddings' output require grad (as under gradient checkpointing:
+    enable_input_require_grads), so the first layer is like the others; `autocast`: under bf16 autocast, as the
+    trainer runs."""
     import contextlib
 
     totals = []
