@@ -165,8 +165,12 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
         terms.append(("logits", *_tiled_head(shape, s, c, r, tokens)))
         return terms
     # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
-    # pass; chunked: the c-byte logits and one chunk at a time; fused (Liger, Cut Cross Entropy): neither
-    per_vocab = {"standard": c + 12.0, "chunked": c + 1.0, "fused": 0.0}[s.loss]
+    # pass; fused (Liger, Cut Cross Entropy): neither. Chunked, compiled (torchtune): the c-byte logits and one
+    # chunk at a time. Chunked, eager (LitGPT's chunked_cross_entropy): every chunk's loss is computed before the
+    # backward pass, so each chunk's c-byte log-softmax output is saved beside the logits (measured:
+    # tests/train/test_activation_memory.py).
+    chunked = c + (1.0 if s.compiled else c)
+    per_vocab = {"standard": c + 12.0, "chunked": chunked, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab

@@ -358,3 +358,33 @@ def test_each_layer_adds_to_a_step_s_peak_what_the_estimate_says(checkpointing: 
         return _step_peak_bytes(step)
 
     assert (peak(4) - peak(2)) / (2 * tokens) == pytest.approx(per_layer, rel=0.03)
+
+
+def test_eager_chunked_cross_entropy_keeps_each_chunk_s_log_softmax_beside_the_logits() -> None:
+    """LitGPT's chunked_cross_entropy (the lm_head applied per chunk of 128 positions, every chunk's loss computed
+    before the backward pass): the bf16 logits the training loop holds, and each chunk's bf16 log-softmax output
+    saved for the backward pass, 2 + 2 bytes per token and vocabulary entry: the estimate's "logits" term for an
+    eager (not compiled) chunked loss."""
+    tokens, vocab, chunk = 4 * 128, 4096, 128
+    head = torch.nn.Linear(SIZES["hidden_size"], vocab, bias=False).to(torch.bfloat16)
+    x = torch.randn(1, tokens, SIZES["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, vocab, (1, tokens))
+    saved: dict[int, int] = {}
+
+    def keep(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() != head.weight.untyped_storage().data_ptr() and t.numel() >= chunk * vocab:
+            saved[storage.data_ptr()] = storage.nbytes()  # a chunk's logits-sized tensor (the head not counted)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        logits = [head(part) for part in x.split(chunk, dim=1)]
+        losses = [torch.nn.functional.cross_entropy(lg.reshape(-1, vocab), tg.reshape(-1), reduction="none")
+                  for lg, tg in zip(logits, targets.split(chunk, dim=1), strict=True)]
+        loss = torch.cat(losses).mean()
+    measured = (sum(lg.untyped_storage().nbytes() for lg in logits) + sum(saved.values())) / (tokens * vocab)
+    config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
+    setup = TrainSetup(adapter="full", sequence_len=tokens, micro_batch_size=1, loss="chunked", compiled=False)
+    estimated = estimate_memory(shape_from_config(config.to_dict()), setup).parts["logits"] * 2**30 / (tokens * vocab)
+    assert measured == pytest.approx(estimated, rel=0.01) and measured == pytest.approx(4.0)
+    loss.backward()
