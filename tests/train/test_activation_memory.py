@@ -279,6 +279,12 @@ def sft_step_peak(vocab: int, tokens: int) -> int:
         return _step_peak_bytes(lambda: trainer.training_step(trainer.model, batch))
 
 
+def estimated_logits_bytes(vocab: int, setup: TrainSetup) -> float:
+    """The estimate's "logits" term, in bytes, for a 1-layer Llama of SIZES with `vocab` entries."""
+    config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
+    return estimate_memory(shape_from_config(config.to_dict()), setup).parts["logits"] * 2**30
+
+
 def test_trl_s_tiled_lm_head_costs_one_tile_not_the_logits() -> None:
     """launchpad's trainer (TRL's SFTTrainer >= 1.15) scores the LM head in tiles of 4096 tokens x 32768 entries:
     the step's peak grows with the vocabulary by what the estimate's "logits" term says, up to one tile, and not
@@ -287,10 +293,8 @@ def test_trl_s_tiled_lm_head_costs_one_tile_not_the_logits() -> None:
     pytest.importorskip("trl", minversion="1.15")
 
     def logits(vocab: int) -> float:
-        config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
-        setup = TrainSetup(adapter="lora", sequence_len=512, micro_batch_size=1, loss="tiled",
-                           lora_target_modules=("q_proj", "v_proj"))
-        return estimate_memory(shape_from_config(config.to_dict()), setup).parts["logits"] * 2**30
+        return estimated_logits_bytes(vocab, TrainSetup(adapter="lora", sequence_len=512, micro_batch_size=1,
+                                                        loss="tiled", lora_target_modules=("q_proj", "v_proj")))
 
     grew = sft_step_peak(32768, 512) - sft_step_peak(16384, 512)
     assert grew == pytest.approx(logits(32768) - logits(16384), rel=0.02)
@@ -383,8 +387,7 @@ def test_eager_chunked_cross_entropy_keeps_each_chunk_s_log_softmax_beside_the_l
                   for lg, tg in zip(logits, targets.split(chunk, dim=1), strict=True)]
         loss = torch.cat(losses).mean()
     measured = (sum(lg.untyped_storage().nbytes() for lg in logits) + sum(saved.values())) / (tokens * vocab)
-    config = transformers.AutoConfig.for_model("llama", num_hidden_layers=1, **{**SIZES, "vocab_size": vocab})
     setup = TrainSetup(adapter="full", sequence_len=tokens, micro_batch_size=1, loss="chunked", compiled=False)
-    estimated = estimate_memory(shape_from_config(config.to_dict()), setup).parts["logits"] * 2**30 / (tokens * vocab)
+    estimated = estimated_logits_bytes(vocab, setup) / (tokens * vocab)
     assert measured == pytest.approx(estimated, rel=0.01) and measured == pytest.approx(4.0)
     loss.backward()
