@@ -3,6 +3,7 @@
     python benchmarks/gpu_recipe.py                        # recipes/qlora-8b.yaml on a ~1.1B Llama
     python benchmarks/gpu_recipe.py --shape 8b --steps 8   # the real Llama-3-8B shape (random weights)
     python benchmarks/gpu_recipe.py --json result.json
+    python benchmarks/gpu_recipe.py --shape 1b --set adapter=lora --set gradient_accumulation_steps=2
     python benchmarks/gpu_recipe.py --shape tiny --steps 4 --allow-cpu   # check the script on a CPU box
 
 No downloads (a lent GPU box reaches nothing): the base model is a random-init Llama of a known shape
@@ -31,6 +32,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -130,6 +133,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "lp-gpu-bench")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the result here ('-' = stdout)")
     ap.add_argument("--allow-cpu", action="store_true", help="run without a GPU (checks the script only)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a recipe field (dotted keys, YAML values), e.g. adapter=lora; repeatable")
     args = ap.parse_args()
 
     import torch
@@ -146,10 +151,11 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     model_dir = build_model(args.shape, work / f"llama-{args.shape}")
-    base = load_recipe(args.recipe)
+    overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.sets)}
+    base = load_recipe(args.recipe, overrides=overrides)
     rows = max(64, args.steps * base.micro_batch_size * base.gradient_accumulation_steps)
     data = build_data(work / f"data-{base.sequence_len}.jsonl", rows, base.sequence_len)
-    overrides = {"base_model": str(model_dir), "datasets": [{"path": str(data), "type": "completion"}],
+    overrides |= {"base_model": str(model_dir), "datasets": [{"path": str(data), "type": "completion"}],
                  "max_steps": args.steps, "logging_steps": 1, "checkpoint.every_steps": 10**9}
     if not on_gpu:
         overrides["resources.gpu"] = None
@@ -184,7 +190,7 @@ def main() -> int:
     est_gb = est.per_gpu_gb(1)
     smi_gib = smi.peak_mib / 1024 if smi.peak_mib else None
     result = {
-        "recipe": args.recipe, "shape": args.shape, "params": shape.params, "device": (
+        "recipe": args.recipe, "set": args.sets, "shape": args.shape, "params": shape.params, "device": (
             torch.cuda.get_device_name(0) if on_gpu else "cpu"),
         "steps": args.steps, "wall_s": round(wall, 1), "tokens_per_s_median": round(statistics.median(tps), 1) if tps else None,
         "tokens_per_step": recipe.sequence_len * recipe.micro_batch_size * recipe.gradient_accumulation_steps,
@@ -192,12 +198,18 @@ def main() -> int:
         "peak_reserved_gib": float(peak.group(2)) if peak else None,
         "peak_nvidia_smi_gib": round(smi_gib, 2) if smi_gib else None,
         "planner_estimate_gib": round(est_gb, 2),
+        # like for like (tests/planner/memory_refs.py): torch's allocated peak, torch's reserved, what the card needs
+        "planner_allocated_gib": round(est.peak_allocated_gb(1), 2),
+        "planner_reserved_gib": round(est.reserved_gb(1), 2),
         "planner_parts_gib": {k: round(v, 3) for k, v in est.parts.items()},
         "attention": next((line for line in text.splitlines() if line.startswith("attention:")), None),
         "environment": next((line for line in text.splitlines() if line.startswith("environment:")), None),
     }
     measured = result["peak_nvidia_smi_gib"] or result["peak_reserved_gib"]
     result["measured_over_estimate"] = round(measured / est_gb, 3) if measured else None
+    for kind in ("allocated", "reserved"):  # the calibration table's ratio: estimate / measured
+        got = result[f"peak_{kind}_gib"]
+        result[f"estimate_over_{kind}"] = round(result[f"planner_{kind}_gib"] / got, 3) if got else None
 
     print(f"{result['device']}: {args.shape} ({shape.params / 1e9:.2f}B params), {args.steps} steps in {wall:.0f}s")
     print(f"  {result['attention']}")
@@ -205,6 +217,9 @@ def main() -> int:
     print(f"  peak memory: allocated {result['peak_allocated_gib']} GiB, reserved {result['peak_reserved_gib']} GiB, "
           f"nvidia-smi {result['peak_nvidia_smi_gib']} GiB")
     print(f"  planner estimate: {result['planner_estimate_gib']} GiB -> measured / estimate = {result['measured_over_estimate']}")
+    print(f"  like for like, estimate / measured: allocated {result['planner_allocated_gib']} GiB -> "
+          f"{result['estimate_over_allocated']}, reserved {result['planner_reserved_gib']} GiB -> "
+          f"{result['estimate_over_reserved']}")
     if args.json_out == "-":
         json.dump(result, sys.stdout, indent=1)
         print()
