@@ -3,15 +3,19 @@
 # "On a lent GPU"). Here, first: `python benchmarks/device_kit.py` (the wheels the image lacks, into .whl/).
 # Then through the device tool: run(command="bash benchmarks/gpu_checks.sh", carry=[".whl"], timeout_s=570).
 #
-# Each check runs under its own time limit, most wanted first, and writes as it goes into $OUT, which the
-# device tool brings back (at most 8 files): summary.txt (each check's result lines), results.jsonl (one
-# JSON object per gpu_recipe.py run), checks.log (every check's whole output) and environment.txt. A run
-# cut short still returns what finished.
+# Each check runs under its own time limit (cut to what is left of LP_GPU_CHECKS_BUDGET, 540 s), most wanted
+# first, and writes as it goes into $OUT, which the device tool brings back (at most 8 files): summary.txt
+# (each check's result lines), results.jsonl (one JSON object per gpu_recipe.py run), checks.log (every
+# check's whole output) and environment.txt. A run cut short still returns what finished; a second call on the
+# still-warm machine can name the checks the first one skipped.
 #
 #   bash benchmarks/gpu_checks.sh [CHECK ...]     # default: all, in this order
 #     memory-1b      gpu_recipe.py, QLoRA then LoRA on a 1.1B Llama: peak memory against the planner (issue 18)
-#     memory-8b      the same on the Llama-3-8B shape (issue 18)
-#     packing        trainer_throughput.py: sample_packing against padding on the GPU (issue 11)
+#     varlen         varlen_check.py: PyTorch's FlashAttention varlen kernel behind launchpad_varlen, against
+#                    SDPA and the reference, and packed padding-free against padded (issue 11)
+#     memory-8b      the same as memory-1b on the Llama-3-8B shape (issue 18)
+#     packing        trainer_throughput.py: sample_packing against padding on the GPU, SDPA (issue 11)
+#     packing-varlen the same with flash_attention: true (no flash-attn on the image: PyTorch's kernel)
 #     launcher       trainer_throughput.py --vs-hand: launchpad up against a hand-written TRL script (issue 11)
 #
 # LP_GPU_CHECKS_REHEARSAL=1 rehearses it on a CPU machine (tiny shapes, few steps, --allow-cpu): the flow, the
@@ -25,20 +29,25 @@ PY=${PYTHON:-python3}
 REHEARSAL=${LP_GPU_CHECKS_REHEARSAL:-0}
 KIT=${LP_DEVICE_KIT:-.whl}  # the kit's folder (a rehearsal points it at a kit built for this machine's Python)
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+BUDGET=${LP_GPU_CHECKS_BUDGET:-540}  # seconds for the whole run: under the device tool's timeout_s, so it ends itself
+T0=$(date +%s)
 mkdir -p "$OUT"
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
 # check NAME LIMIT_S COMMAND...: run it under `timeout`, its output to checks.log, its last lines to the summary
 check() {
-  local name=$1 limit=$2 rc start
+  local name=$1 limit=$2 rc start left
   shift 2
   start=$(date +%s)
+  left=$(( BUDGET - (start - T0) ))
+  if [ "$left" -lt 30 ]; then summary "-- $name: skipped, ${left}s of the budget left"; return 0; fi
+  [ "$limit" -le "$left" ] || limit=$left
   summary "== $(date -u +%T) $name (limit ${limit}s): $*"
   echo "== $name: $*" >>"$OUT/checks.log"
   timeout -k 15 "$limit" "$@" >"$OUT/.current.log" 2>&1
   rc=$?
   cat "$OUT/.current.log" >>"$OUT/checks.log"
-  grep -E "^(cpu|NVIDIA|[A-Z].*GPU|  |round |sample packing|launchpad up /|data:)" "$OUT/.current.log" | tail -n 12 \
+  grep -E "^(cpu|NVIDIA|[A-Z].*GPU|  |round |sample packing|launchpad up /|data:|kernel|launchpad_varlen|[0-9]+ samples|FAILED)" "$OUT/.current.log" | tail -n 12 \
     | tee -a "$OUT/summary.txt" >/dev/null
   [ "$rc" -eq 0 ] || tail -n 15 "$OUT/.current.log" >>"$OUT/summary.txt"
   summary "-- $name: exit $rc in $(( $(date +%s) - start ))s$([ "$rc" -eq 124 ] && echo ' (time limit)')"
@@ -92,7 +101,7 @@ EOF
 tee -a "$OUT/summary.txt" <"$OUT/environment.txt"
 
 checks=("$@")
-[ ${#checks[@]} -gt 0 ] || checks=(memory-1b memory-8b packing launcher)
+[ ${#checks[@]} -gt 0 ] || checks=(memory-1b varlen memory-8b packing packing-varlen launcher)
 for c in "${checks[@]}"; do
   case $c in
     memory-1b)
@@ -101,8 +110,13 @@ for c in "${checks[@]}"; do
     memory-8b)
       gpu_recipe qlora-8b "$SHAPE_8B" 200
       gpu_recipe lora-8b "$SHAPE_8B" 150 --set adapter=lora ;;
+    varlen)
+      check varlen 90 "$PY" benchmarks/varlen_check.py $ALLOW ;;
     packing)
       check packing 120 "$PY" benchmarks/trainer_throughput.py --rounds "$ROUNDS" --steps "$TSTEPS" ;;
+    packing-varlen)  # a rehearsal has no GPU, where flash_attention: true fails its environment check
+      check packing-varlen 120 "$PY" benchmarks/trainer_throughput.py --rounds "$ROUNDS" --steps "$TSTEPS" \
+        --flash-attention "$([ "$REHEARSAL" = 1 ] && echo auto || echo true)" ;;
     launcher)
       check launcher 150 "$PY" benchmarks/trainer_throughput.py --vs-hand --rounds "$ROUNDS" --steps "$TSTEPS" ;;
     *) summary "unknown check: $c" ;;

@@ -2,6 +2,7 @@
 with --vs-hand, `launchpad up` against the same job as a hand-written TRL script.
 
     python benchmarks/trainer_throughput.py [--rounds 3] [--steps 30] [--rows 2000] [--long-share 0.1]
+    python benchmarks/trainer_throughput.py --flash-attention true   # on a GPU: FlashAttention's varlen packing
     python benchmarks/trainer_throughput.py --vs-hand [--rounds 5] [--steps 30]
 
 --vs-hand: recipes/smoke-lora.yaml through `launchpad up` on `local` (CLI, agent, trainer, checkpoint
@@ -95,11 +96,12 @@ def up(home: Path, recipe: dict, steps: int) -> tuple[dict, str, float]:
     return state, logs, float(line.split(" steps in ")[1].split("s")[0])
 
 
-def run(home: Path, data: Path, packing: bool, steps: int) -> tuple[float, float]:
+def run(home: Path, data: Path, packing: bool, steps: int, flash_attention: str = "auto") -> tuple[float, float]:
     """(non-padding tokens/s, final loss) of one `launchpad up`."""
     recipe = yaml.safe_load((REPO / "recipes" / "smoke-lora.yaml").read_text())
     recipe.update(name=f"pack-{str(packing).lower()}", max_steps=steps, sequence_len=512, micro_batch_size=8,
-                  sample_packing=packing, checkpoint={"every_steps": steps, "keep": 1})
+                  sample_packing=packing, checkpoint={"every_steps": steps, "keep": 1},
+                  flash_attention=yaml.safe_load(flash_attention))
     recipe["datasets"] = [{"path": str(data), "type": "chat"}]
     state, _, seconds = up(home, recipe, steps)
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
@@ -165,6 +167,8 @@ def main() -> None:
     ap.add_argument("--vs-hand", action="store_true", help="launchpad up against a hand-written TRL script")
     ap.add_argument("--hand-report-to", default="none", choices=["none", "tensorboard"],
                     help="--vs-hand: the script's report_to (launchpad always writes TensorBoard event files)")
+    ap.add_argument("--flash-attention", default="auto", choices=["auto", "true", "false"],
+                    help="the recipes' flash_attention (true on a GPU without flash-attn: PyTorch's own varlen kernel)")
     args = ap.parse_args()
     if args.vs_hand:
         vs_hand(args.rounds, args.steps, args.hand_report_to)
@@ -178,8 +182,8 @@ def main() -> None:
         print(f"data: padded batches of 8 are {share:.0%} non-padding: packing can gain at most {ideal:.2f}x "
               "where the linear layers dominate (attention over packed rows costs more)")
         for i in range(args.rounds):
-            padded = run(root / f"pad-{i}", data, False, args.steps)
-            packed = run(root / f"pack-{i}", data, True, args.steps)
+            padded = run(root / f"pad-{i}", data, False, args.steps, args.flash_attention)
+            packed = run(root / f"pack-{i}", data, True, args.steps, args.flash_attention)
             ratios.append(packed[0] / padded[0])
             print(f"round {i + 1}: padded {padded[0]:,.0f} tok/s (loss {padded[1]:.3f}), packed {packed[0]:,.0f} tok/s "
                   f"(loss {packed[1]:.3f}): {ratios[-1]:.2f}x")

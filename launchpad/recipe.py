@@ -233,7 +233,8 @@ class Recipe(_Strict):
         "Modules trained in full next to the adapter, e.g. ['embed_tokens', 'lm_head'] (Axolotl's name)."))
     flash_attention: bool | Literal["auto"] = Field("auto", description=(
         "FlashAttention-2. auto: when flash-attn is installed and the GPU can run it, else PyTorch SDPA; "
-        "true: required (the job fails fast where it cannot run); false: always SDPA."))
+        "true: required (the job fails fast where it cannot run), from flash-attn or, where that is not "
+        "installed, PyTorch's own varlen kernel (torch >= 2.10); false: always SDPA."))
     optimizer: Literal[OPTIMIZERS] | None = Field(None, description=(  # type: ignore[valid-type]
         "Optimizer (HF Trainer's `optim` names, as in Axolotl). Leave out for the adapter's default, the one "
         "the planner's memory estimate assumes: paged_adamw_8bit for qlora and full, adamw_8bit for lora."))

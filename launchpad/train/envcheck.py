@@ -10,6 +10,7 @@ not a problem: the trainer says it in the log and carries on.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -69,6 +70,8 @@ def collect() -> dict[str, Any]:
         "gpus": [],
         "driver": None,
         "driver_cuda": None,  # the newest CUDA the driver supports
+        # FlashAttention's varlen kernel inside torch (>= 2.10): flash_attention: true without flash-attn
+        "torch_varlen": importlib.util.find_spec("torch.nn.attention.varlen") is not None,
     }
     env.update(_nvidia_smi())
     env.pop("smi_gpus", None)
@@ -106,9 +109,9 @@ def problems(recipe, env: dict[str, Any], *, deepspeed: bool = False) -> list[st
     if deepspeed and not v["deepspeed"]:
         out.append("deepspeed: the recipe uses DeepSpeed, which is not installed (pip install 'launchpad[train]')")
     if getattr(recipe, "flash_attention", "auto") is True:
-        if not v["flash-attn"]:
-            out.append("flash_attention: true, but flash-attn is not installed "
-                       "(pip install flash-attn, or flash_attention: auto)")
+        if not v["flash-attn"] and not env.get("torch_varlen"):
+            out.append(f"flash_attention: true, but flash-attn is not installed and torch {v['torch']} has no "
+                       "FlashAttention of its own (torch >= 2.10 has): pip install flash-attn, or flash_attention: auto")
         elif not gpus:
             out.append("flash_attention: true needs a CUDA GPU (use flash_attention: auto to fall back to SDPA)")
         else:

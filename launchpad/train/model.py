@@ -64,7 +64,14 @@ def choose_attention(prec: Precision, wanted: bool | str = "auto") -> tuple[str,
     if wanted is False:
         return "sdpa", "flash_attention: false in the recipe"
     if importlib.util.find_spec("flash_attn") is None:
-        return "sdpa", "flash-attn is not installed"
+        if wanted is not True:  # auto: PyTorch's own kernel only where asked for, until measured on a GPU
+            return "sdpa", "flash-attn is not installed"
+        from .varlen_attention import NAME, unavailable_reason
+
+        reason = unavailable_reason(prec.bf16 or prec.fp16)
+        if reason:
+            return "sdpa", f"flash-attn is not installed, and PyTorch's own FlashAttention cannot run: {reason}"
+        return NAME, "flash_attention: true; flash-attn is not installed: PyTorch's own FlashAttention varlen kernel"
     import torch
 
     if not torch.cuda.is_available():
@@ -102,7 +109,7 @@ def fit_attention(attn: str, why: str, support: tuple[str, bool, bool] | None) -
     if support is None:
         return attn, why
     name, flash, sdpa = support
-    if attn == "flash_attention_2" and not flash:
+    if attn in ("flash_attention_2", "launchpad_varlen") and not flash:  # the same attention-function contract
         attn, why = "sdpa", f"{name} has no FlashAttention-2 in transformers"
     if attn == "sdpa" and not sdpa:
         attn, why = "eager", (f"{why}; " if why.startswith(name) else "") + (
@@ -194,6 +201,18 @@ def build_model(recipe, model_path: str, prec: Precision | dict[str, bool], log:
     attn, why = fit_attention(*choose_attention(prec, getattr(recipe, "flash_attention", "auto")),
                               attention_support(model_path))
     log(f"attention: {attn} ({why})")
+    if attn == "launchpad_varlen":
+        from transformers import AutoConfig
+
+        from .envcheck import EnvironmentMismatch
+        from .varlen_attention import model_unsupported, register
+
+        why_not = model_unsupported(AutoConfig.from_pretrained(model_path))
+        if why_not:
+            raise EnvironmentMismatch(f"flash_attention: true: {why_not}, which PyTorch's own FlashAttention (used "
+                                      "where flash-attn is not installed) does not do: pip install flash-attn, "
+                                      "or flash_attention: auto")
+        register()
     kwargs: dict[str, Any] = {"attn_implementation": attn}
     eight_bit = recipe.adapter == "lora" and bool(getattr(recipe, "load_in_8bit", False))
     if recipe.adapter == "qlora" or eight_bit:  # a quantised, frozen base under LoRA

@@ -57,7 +57,7 @@ class RowPackedCollator:
 def keep_rows(trainer: Any, attention: str | None, log: Callable[[str], None]) -> bool:
     """Swap the padding-free collator TRL chose for packing for `RowPackedCollator`, unless the model runs
     FlashAttention (whose varlen kernel makes padding-free the faster layout). True when swapped."""
-    if not getattr(trainer.args, "packing", False) or (attention or "").startswith("flash_attention"):
+    if not getattr(trainer.args, "packing", False) or (attention or "").startswith(("flash_attention", "launchpad_varlen")):
         return False
     tok = trainer.processing_class
     pad = getattr(tok, "pad_token_id", None)

@@ -61,6 +61,8 @@ def test_a_matching_machine_has_no_problems():
     ({"resources.gpu": "A100", "resources.cuda": "12.4"}, {}, "resources.cuda 12.4: torch 2.5.1+cu121 is built for CUDA 12.1"),
     ({"adapter": "qlora"}, dict(bitsandbytes=None), "adapter: qlora needs bitsandbytes"),
     ({"flash_attention": True}, {"flash-attn": None}, "flash_attention: true, but flash-attn is not installed"),
+    ({"flash_attention": True}, {"flash-attn": None, "torch_varlen": True, "gpus": [], "cuda_available": False},
+     "flash_attention: true needs a CUDA GPU"),  # torch's own FlashAttention needs one too
     ({"flash_attention": True}, dict(gpus=[{"name": "Tesla T4", "memory_gb": 15, "capability": "7.5"}]),
      "flash_attention: true needs compute capability >= 8.0; Tesla T4 has 7.5"),
     ({"flash_attention": True}, dict(torch_cuda="11.6"), "flash_attention: true needs CUDA >= 11.7"),

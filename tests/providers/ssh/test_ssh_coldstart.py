@@ -211,7 +211,9 @@ def test_a_recipe_this_stack_cannot_run_fails_at_sync_in_one_line(launchpad_home
     try:
         with pytest.raises(EnvironmentMismatch) as err:
             provider.sync(inst, bundle_for(tmp_path, job, tmp_path / "ckpt", flash_attention=True))
-        assert str(err.value).startswith(f"{inst.id}: ") and "flash-attn is not installed" in str(err.value)
+        # no flash-attn here, and no GPU for torch's own FlashAttention (torch >= 2.10) either
+        assert str(err.value).startswith(f"{inst.id}: ") and any(why in str(err.value) for why in (
+            "flash-attn is not installed", "flash_attention: true needs a CUDA GPU"))
         assert "\n" not in str(err.value)
     finally:
         provider.teardown(inst)
