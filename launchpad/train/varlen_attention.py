@@ -125,6 +125,42 @@ def _compute_dtype(query: Any, module: Any) -> Any:
     return configured if configured in (torch.float16, torch.bfloat16) else torch.bfloat16
 
 
+def call_kernel(kernel: Any, q: Any, k: Any, v: Any, cu: Any, longest: int, scale: float | None,
+                window: tuple[int, int]) -> Any:
+    """Call `kernel` with what its signature has. `varlen_attn` grew its keywords over releases: torch 2.10
+    takes only `is_causal`; later ones `scale` and `window_size` (the same one-sided window as FlashAttention),
+    then `enable_gqa`. Without `scale`, q is pre-scaled (exact: softmax((c q) k / sqrt(d)) with c = scale *
+    sqrt(d)); without `enable_gqa`, each kv head is repeated for its query heads; a sliding window needs
+    `window_size`."""
+    import inspect
+
+    params = inspect.signature(kernel).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    def takes(name: str) -> bool:
+        return takes_any or name in params
+
+    kwargs: dict[str, Any] = {}
+    if scale is not None:
+        if takes("scale"):
+            kwargs["scale"] = scale
+        else:
+            q = q * (scale * q.shape[-1] ** 0.5)
+    if q.shape[1] != k.shape[1]:
+        if takes("enable_gqa"):
+            kwargs["enable_gqa"] = True
+        else:
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if takes("window_size"):
+        kwargs["window_size"] = window
+    elif window[0] >= 0 or window[1] > 0:
+        raise NotImplementedError(f"{NAME}: this torch's varlen_attn has no sliding window; use sdpa")
+    else:
+        kwargs["is_causal"] = window[1] == 0
+    return kernel(q, k, v, cu, cu, longest, longest, **kwargs)
+
+
 def varlen_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                              dropout: float = 0.0, scaling: float | None = None, sliding_window: int | None = None,
                              softcap: float | None = None, is_causal: bool | None = None, kernel: Any = None,
@@ -140,7 +176,6 @@ def varlen_attention_forward(module: Any, query: Any, key: Any, value: Any, atte
         raise NotImplementedError(f"{NAME}: attention sinks (gpt-oss) are not supported; use sdpa")
     kernel = kernel or torch_varlen_kernel()
     batch, heads, seq, dim = query.shape
-    kv_heads = key.shape[1]
     dtype = _compute_dtype(query, module)
     indices, cu, longest = _sequences(query, attention_mask, kwargs)
 
@@ -150,8 +185,7 @@ def varlen_attention_forward(module: Any, query: Any, key: Any, value: Any, atte
 
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     window = (sliding_window - 1, 0 if causal else sliding_window - 1) if sliding_window else (-1, 0 if causal else -1)
-    out = kernel(tokens(query), tokens(key), tokens(value), cu, cu, longest, longest, scale=scaling,
-                 window_size=window, enable_gqa=heads != kv_heads)
+    out = call_kernel(kernel, tokens(query), tokens(key), tokens(value), cu, longest, scaling, window)
     if indices is not None:  # padding back in, as zeros (the loss never reads those positions)
         full = out.new_zeros(batch * seq, heads, dim)
         full.index_copy_(0, indices, out)

@@ -54,8 +54,8 @@ def models():
     varlen = LlamaForCausalLM(config).to(torch.bfloat16).eval()
     varlen.load_state_dict(sdpa.state_dict())
     varlen.config._attn_implementation = NAME
-    yield sdpa, varlen
-    assert calls, "the kernel was never called: the model did not run launchpad_varlen"
+    varlen.kernel_calls = calls  # the tests check that the model really ran launchpad_varlen
+    return sdpa, varlen
 
 
 def close(a, b) -> bool:
@@ -71,6 +71,7 @@ def test_padded_batch_attends_to_real_tokens_only(models):
     with torch.no_grad():
         want, got = sdpa(input_ids=ids, attention_mask=mask).logits, varlen(input_ids=ids, attention_mask=mask).logits
         unmasked = varlen(input_ids=ids).logits
+    assert varlen.kernel_calls, "the model did not run launchpad_varlen"
     assert close(got[0, :6], want[0, :6]) and close(got[1, 4:], want[1, 4:]) and close(got[2], want[2])
     assert not close(unmasked[1, 4:], want[1, 4:])  # the check can fail
 
@@ -186,3 +187,35 @@ def test_models_whose_attention_it_cannot_compute_are_refused_before_loading():
     assert model_unsupported(Gemma2Config()) == "gemma2 soft-caps its attention logits"
     assert model_unsupported(GptOssConfig()) == "gpt_oss has attention sinks"
     assert model_unsupported(LlamaConfig(attention_dropout=0.1)) == "llama has attention dropout 0.1"
+
+
+def test_the_first_varlen_attn_signature_runs_the_same(models):
+    """torch 2.10's varlen_attn takes only is_causal: no scale, no window, no GQA. launchpad pre-scales q and
+    repeats the kv heads for it, with the same results."""
+    from transformers import AttentionInterface
+
+    from launchpad.train.varlen_attention import NAME, reference_varlen_attn, varlen_attention_forward
+
+    seen = []
+
+    def varlen_attn_2_10(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, return_aux=None):
+        seen.append((query.shape[1], key.shape[1], is_causal))
+        return reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+                                     window_size=(-1, 0) if is_causal else (-1, -1))
+
+    sdpa, varlen = models
+    AttentionInterface.register(NAME, functools.partial(varlen_attention_forward, kernel=varlen_attn_2_10))
+    ids = torch.randint(3, 128, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        want, got = sdpa(input_ids=ids, attention_mask=mask).logits, varlen(input_ids=ids, attention_mask=mask).logits
+    assert close(got[0], want[0]) and close(got[1, 3:], want[1, 3:])
+    assert seen and all(s == (4, 4, True) for s in seen)  # the 2 kv heads repeated for the 4 query heads
+    module = varlen.model.layers[0].self_attn
+    q = torch.randn(1, 4, 6, 8)
+    with pytest.raises(NotImplementedError, match="no sliding window"):
+        varlen_attention_forward(module, q, q, q, None, kernel=varlen_attn_2_10, sliding_window=3)
+    scaled = varlen_attention_forward(module, q, q, q, None, kernel=varlen_attn_2_10, scaling=0.5)[0]
+    exact = varlen_attention_forward(module, q, q, q, None, kernel=cpu_reference_varlen_attn, scaling=0.5)[0]
+    assert close(scaled, exact)  # the scale, applied to q, is the scale
