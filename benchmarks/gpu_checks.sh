@@ -91,8 +91,9 @@ for name in ("transformers", "peft", "trl", "accelerate", "datasets", "bitsandby
     except md.PackageNotFoundError:
         print(name, "-")
 try:
-    from torch.nn.attention.varlen import varlen_attn  # noqa: F401  FlashAttention's varlen kernel inside torch
-    print("torch varlen_attn: yes")
+    import inspect
+    from torch.nn.attention import varlen  # FlashAttention's varlen kernel inside torch
+    print("torch varlen_attn: yes", inspect.signature(varlen.varlen_attn), "backward:", hasattr(varlen, "_backward"))
 except ImportError as e:
     print("torch varlen_attn: no", e)
 import bitsandbytes  # loads its native library for this CUDA: fails here if the kit kept the wrong one

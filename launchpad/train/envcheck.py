@@ -10,7 +10,6 @@ not a problem: the trainer says it in the log and carries on.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -61,6 +60,8 @@ def collect() -> dict[str, Any]:
     """Versions and devices of this machine (imports torch)."""
     import torch
 
+    from .varlen_attention import torch_varlen_kernel
+
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -71,7 +72,7 @@ def collect() -> dict[str, Any]:
         "driver": None,
         "driver_cuda": None,  # the newest CUDA the driver supports
         # FlashAttention's varlen kernel inside torch (>= 2.10): flash_attention: true without flash-attn
-        "torch_varlen": importlib.util.find_spec("torch.nn.attention.varlen") is not None,
+        "torch_varlen": torch_varlen_kernel() is not None,
     }
     env.update(_nvidia_smi())
     env.pop("smi_gpus", None)

@@ -23,12 +23,13 @@ NAME = "launchpad_varlen"
 
 
 def torch_varlen_kernel() -> Any:
-    """PyTorch's varlen FlashAttention function, or None where this torch has none (< 2.10)."""
+    """PyTorch's varlen FlashAttention function, or None where this torch has none (< 2.10) or has it for the
+    forward pass only (its first version: the autograd registration, `_backward`, came after)."""
     try:
-        from torch.nn.attention.varlen import varlen_attn
+        from torch.nn.attention import varlen
     except ImportError:
         return None
-    return varlen_attn
+    return varlen.varlen_attn if hasattr(varlen, "_backward") else None
 
 
 def reference_varlen_attn(query: Any, key: Any, value: Any, cu_seq_q: Any, cu_seq_k: Any, max_q: int, max_k: int, *,
@@ -62,7 +63,7 @@ def unavailable_reason(half_precision: bool) -> str | None:
     import torch
 
     if torch_varlen_kernel() is None:
-        return f"torch {torch.__version__} has no torch.nn.attention.varlen"
+        return f"torch {torch.__version__} has no torch.nn.attention.varlen with a backward pass"
     if not torch.cuda.is_available():
         return "no CUDA GPU"
     major, minor = torch.cuda.get_device_capability()
