@@ -20,7 +20,8 @@ kernel) adds the softmax (4 + c bytes per head per key). Gradient checkpointing 
 one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms and
 the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit) + 4 (fp32
 upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps
-c + 4, fused (Liger) none; launchpad's trainer one tile of TRL's tiled LM head (`_tiled_head`).
+c + c (eager: each chunk's log-softmax) or c + c/8 (compiled: one of torchtune's 8 chunks' gradient), fused (Liger)
+none; launchpad's trainer one tile of TRL's tiled LM head (`_tiled_head`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ def _frozen_layer(shape: ModelShape, s: TrainSetup, c: float, r: float, m: int) 
     return per_layer, how
 
 
+#: torchtune's CEWithChunkedOutputLoss(num_output_chunks=8): its compiled loss keeps the c-byte logits, and
+#: one chunk's gradient beside them in the backward pass (measured: tests/train/test_activation_memory.py)
+TORCHTUNE_OUTPUT_CHUNKS = 8
+
+
 def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[str, float, str]]:
     """(name, bytes, formula) of the activations and the logits at their peak, for `estimate_memory`."""
     h, L, q, kv = shape.hidden, shape.layers, shape.q_dim, shape.kv_dim
@@ -165,11 +171,12 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
         terms.append(("logits", *_tiled_head(shape, s, c, r, tokens)))
         return terms
     # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
-    # pass; fused (Liger, Cut Cross Entropy): neither. Chunked, compiled (torchtune): the c-byte logits and one
-    # chunk at a time. Chunked, eager (LitGPT's chunked_cross_entropy): every chunk's loss is computed before the
-    # backward pass, so each chunk's c-byte log-softmax output is saved beside the logits (measured:
-    # tests/train/test_activation_memory.py).
-    chunked = c + (1.0 if s.compiled else c)
+    # pass; fused (Liger, Cut Cross Entropy): neither. Chunked, compiled (torchtune): the c-byte logits, each
+    # chunk upcast and scored inside inductor's kernels, which save the 16-bit chunk only; one chunk's gradient
+    # beside them in the backward pass. Chunked, eager (LitGPT's chunked_cross_entropy): every chunk's loss is
+    # computed before the backward pass, so each chunk's c-byte log-softmax output is saved beside the logits
+    # (both measured: tests/train/test_activation_memory.py).
+    chunked = c + (c / TORCHTUNE_OUTPUT_CHUNKS if s.compiled else c)
     per_vocab = {"standard": c + 12.0, "chunked": chunked, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added

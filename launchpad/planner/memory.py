@@ -83,7 +83,7 @@ class TrainSetup:
     fp32_master_weights: bool = True  # full: fp32 params (or DeepSpeed's fp32 master); False = pure bf16
     deepspeed: bool = False  # ZeRO through DeepSpeed (16-bit params + fp32 master in the optimiser)
     attention: str = "flash"  # flash | sdpa (memory-efficient kernels: linear in the sequence) | eager
-    loss: str = "standard"  # standard | chunked (eager; c + 1 where compiled) | fused | tiled (TRL: launchpad's trainer)
+    loss: str = "standard"  # standard | chunked (eager; c + c/8 where compiled) | fused | tiled (TRL: launchpad's trainer)
     kbit_upcast: bool = True  # PEFT's prepare_model_for_kbit_training casts non-quantised weights to fp32
     optimizer_in_backward: bool = False  # each param stepped as its grad arrives (torchtune)
     packing: bool = False

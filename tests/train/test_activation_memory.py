@@ -364,6 +364,40 @@ def test_each_layer_adds_to_a_step_s_peak_what_the_estimate_says(checkpointing: 
     assert (peak(4) - peak(2)) / (2 * tokens) == pytest.approx(per_layer, rel=0.03)
 
 
+def test_compiled_chunked_cross_entropy_keeps_only_the_logits() -> None:
+    """torchtune's CEWithChunkedOutputLoss with its compute_cross_entropy compiled, as its recipes run it with
+    compile: true (the head applied per chunk, each chunk upcast and scored inside one compiled function):
+    inductor saves the bf16 chunk for the backward pass and no fp32 copy. The step peaks at the bf16 logits
+    and one chunk's gradient, c + c/8 bytes per token and vocabulary entry with torchtune's 8 chunks (4 chunks:
+    c + c/4, measured alike): the estimate's "logits" term for a compiled chunked loss. (The same loss eager
+    keeps each chunk's fp32 log-softmax too: 6.5 bytes.) Inductor compiles C++ on CPU: .ci/run installs g++."""
+    import shutil
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("torch.compile (inductor) needs a C++ compiler on CPU; .ci/run installs g++")
+    tokens, vocab, chunks = 1024, 8192, 8
+    head = torch.nn.Linear(SIZES["hidden_size"], vocab, bias=False).to(torch.bfloat16).requires_grad_(False)
+    hidden = torch.randn(tokens, SIZES["hidden_size"], dtype=torch.bfloat16)
+    targets = torch.randint(0, vocab, (tokens,))
+
+    @torch.compile(dynamic=False)
+    def compute_cross_entropy(logits, labels):  # torchtune's, word for word in effect
+        return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+
+    def step() -> None:
+        x = hidden.clone().requires_grad_(True)
+        logits = [head(part) for part in x.chunk(chunks)]
+        loss = sum(compute_cross_entropy(lg, tg) for lg, tg in zip(logits, targets.chunk(chunks), strict=True))
+        del logits
+        (loss / tokens).backward()
+
+    step()  # compiles
+    measured = (_step_peak_bytes(step) - tokens * SIZES["hidden_size"] * 2) / (tokens * vocab)  # less x (bf16)
+    setup = TrainSetup(adapter="lora", sequence_len=tokens, micro_batch_size=1, loss="chunked", compiled=True)
+    estimated = estimated_logits_bytes(vocab, setup) / (tokens * vocab)
+    assert estimated == 2.25 and measured == pytest.approx(estimated, rel=0.02)
+
+
 def test_eager_chunked_cross_entropy_keeps_each_chunk_s_log_softmax_beside_the_logits() -> None:
     """LitGPT's chunked_cross_entropy (the lm_head applied per chunk of 128 positions, every chunk's loss computed
     before the backward pass): the bf16 logits the training loop holds, and each chunk's bf16 log-softmax output
