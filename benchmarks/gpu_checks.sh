@@ -13,6 +13,8 @@
 #     memory-1b      gpu_recipe.py, QLoRA then LoRA on a 1.1B Llama: peak memory against the planner (issue 18)
 #     varlen         varlen_check.py: PyTorch's FlashAttention varlen kernel behind launchpad_varlen, against
 #                    SDPA and the reference, and packed padding-free against padded (issue 11)
+#     loss           loss_memory.py: bytes per token and vocabulary entry each loss keeps (eager, compiled,
+#                    chunked) on CUDA, where CPU's inductor fused the fp32 upcast away (issue 18)
 #     memory-8b      the same as memory-1b on the Llama-3-8B shape (issue 18)
 #     packing        trainer_throughput.py: sample_packing against padding on the GPU, SDPA (issue 11)
 #     packing-varlen the same with flash_attention: true (no flash-attn on the image: PyTorch's kernel)
@@ -47,7 +49,7 @@ check() {
   timeout -k 15 "$limit" "$@" >"$OUT/.current.log" 2>&1
   rc=$?
   cat "$OUT/.current.log" >>"$OUT/checks.log"
-  grep -E "^(cpu|NVIDIA|[A-Z].*GPU|  |round |sample packing|launchpad up /|data:|kernel|launchpad_varlen|[0-9]+ samples|FAILED)" "$OUT/.current.log" | tail -n 12 \
+  grep -E "^(cpu|NVIDIA|[A-Z].*GPU|  |round |sample packing|launchpad up /|data:|kernel|launchpad_varlen|[0-9]+ samples|FAILED|varlen_attn)" "$OUT/.current.log" | tail -n 12 \
     | tee -a "$OUT/summary.txt" >/dev/null
   [ "$rc" -eq 0 ] || tail -n 15 "$OUT/.current.log" >>"$OUT/summary.txt"
   summary "-- $name: exit $rc in $(( $(date +%s) - start ))s$([ "$rc" -eq 124 ] && echo ' (time limit)')"
@@ -102,7 +104,7 @@ EOF
 tee -a "$OUT/summary.txt" <"$OUT/environment.txt"
 
 checks=("$@")
-[ ${#checks[@]} -gt 0 ] || checks=(memory-1b varlen memory-8b packing packing-varlen launcher)
+[ ${#checks[@]} -gt 0 ] || checks=(memory-1b varlen loss memory-8b packing packing-varlen launcher)
 for c in "${checks[@]}"; do
   case $c in
     memory-1b)
@@ -113,6 +115,8 @@ for c in "${checks[@]}"; do
       gpu_recipe lora-8b "$SHAPE_8B" 150 --set adapter=lora ;;
     varlen)
       check varlen 90 "$PY" benchmarks/varlen_check.py $ALLOW ;;
+    loss)
+      check loss 120 "$PY" benchmarks/loss_memory.py $ALLOW ;;
     packing)
       check packing 120 "$PY" benchmarks/trainer_throughput.py --rounds "$ROUNDS" --steps "$TSTEPS" ;;
     packing-varlen)  # a rehearsal has no GPU, where flash_attention: true fails its environment check

@@ -133,7 +133,8 @@ def _frozen_layer(shape: ModelShape, s: TrainSetup, c: float, r: float, m: int) 
 
 
 #: torchtune's CEWithChunkedOutputLoss(num_output_chunks=8): its compiled loss keeps the c-byte logits, and
-#: one chunk's gradient beside them in the backward pass (measured: tests/train/test_activation_memory.py)
+#: one chunk's gradient beside them in the backward pass (measured with inductor on CPU:
+#: tests/train/test_activation_memory.py; benchmarks/loss_memory.py measures it on a GPU)
 TORCHTUNE_OUTPUT_CHUNKS = 8
 
 
