@@ -19,9 +19,9 @@ also runs the trainer's own QLoRA and LoRA models against their plans). Eager at
 kernel) adds the softmax (4 + c bytes per head per key). Gradient checkpointing keeps each layer's input (c h) plus
 one layer recomputed in the backward pass. launchpad's own QLoRA/8-bit runs keep the residual stream, the norms and
 the MLP in fp32 (4 bytes for those terms: `fp32_residual`, set by setup_from_recipe). Logits: c (16-bit) + 4 (fp32
-upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry; chunked cross-entropy keeps
-c + c (eager: each chunk's log-softmax) or c + c/8 (compiled: one of torchtune's 8 chunks' gradient), fused (Liger)
-none; launchpad's trainer one tile of TRL's tiled LM head (`_tiled_head`).
+upcast) + 4 (log-softmax) + 4 + 4 (its backward) bytes per token per vocabulary entry, c + 4 + c compiled; chunked
+cross-entropy keeps c + c (eager: each chunk's log-softmax) or c + c/8 (compiled: one of torchtune's 8 chunks'
+gradient), fused (Liger) none; launchpad's trainer one tile of TRL's tiled LM head (`_tiled_head`).
 """
 
 from __future__ import annotations
@@ -155,7 +155,9 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
     if eager:
         per_layer += shape.heads * s.sequence_len * (4 + c)
         how += f" + eager softmax heads*seq*(4+{c:g})" + (f" ({why})" if why else "")
-    scale = 0.72 if s.compiled else 1.0  # torchtune's table: compile took 9 of 27 GB of activations
+    # torch.compile fuses the norms' and the MLP's elementwise ops: torchtune's table (Llama-3.2-3B, 8192 tokens)
+    # has compiling save 9.0 GB, 5.9 of them the loss's (below), the rest 11% of the 28 GB of activations
+    scale = 0.89 if s.compiled else 1.0
     if s.gradient_checkpointing and s.activation_offload:
         acts = tokens * per_layer * scale
         formula = (f"{tokens} tokens x one layer recomputed {per_layer / 1024:.0f} KiB [checkpointed inputs "
@@ -172,13 +174,17 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
         terms.append(("logits", *_tiled_head(shape, s, c, r, tokens)))
         return terms
     # standard: c-byte logits + fp32 upcast + log-softmax (saved) + its grad and a temporary in the backward
-    # pass; fused (Liger, Cut Cross Entropy): neither. Chunked, compiled (torchtune): the c-byte logits, each
-    # chunk upcast and scored inside inductor's kernels, which save the 16-bit chunk only; one chunk's gradient
-    # beside them in the backward pass. Chunked, eager (LitGPT's chunked_cross_entropy): every chunk's loss is
-    # computed before the backward pass, so each chunk's c-byte log-softmax output is saved beside the logits
-    # (both measured: tests/train/test_activation_memory.py).
+    # pass. Compiled, inductor fuses the upcast into the loss's kernels: on CPU it keeps the c-byte logits and
+    # their c-byte grad only (benchmarks/loss_memory.py: 4.0 bytes); on CUDA, published runs keep ~4 bytes more,
+    # counted as the fp32 upcast (Liger's compiled Llama-3-8B: ~8.4 bytes per token and entry above its fused
+    # loss; torchtune's Llama-3.2-3B: compiling saved 9 GB, chunking 8 GB more) until a GPU run of
+    # benchmarks/loss_memory.py measures it. Fused (Liger, Cut Cross Entropy): neither. Chunked, compiled
+    # (torchtune): the c-byte logits, each chunk upcast and scored inside inductor's kernels, which save the
+    # 16-bit chunk only; one chunk's gradient beside them in the backward pass. Chunked, eager (LitGPT's
+    # chunked_cross_entropy): every chunk's loss is computed before the backward pass, so each chunk's c-byte
+    # log-softmax output is saved beside the logits (both measured: tests/train/test_activation_memory.py).
     chunked = c + (c / TORCHTUNE_OUTPUT_CHUNKS if s.compiled else c)
-    per_vocab = {"standard": c + 12.0, "chunked": chunked, "fused": 0.0}[s.loss]
+    per_vocab = {"standard": c + (4.0 + c if s.compiled else 12.0), "chunked": chunked, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab

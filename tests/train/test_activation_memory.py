@@ -397,6 +397,16 @@ def test_compiled_chunked_cross_entropy_keeps_only_the_logits() -> None:
     estimated = estimated_logits_bytes(vocab, setup) / (tokens * vocab)
     assert estimated == 2.25 and measured == pytest.approx(estimated, rel=0.02)
 
+    def whole() -> None:  # the same loss on the whole logits, compiled: the logits and their grad here (4 bytes);
+        x = hidden.clone().requires_grad_(True)  # published CUDA runs keep ~4 more, which the estimate counts
+        (compute_cross_entropy(head(x), targets) / tokens).backward()
+
+    whole()
+    measured = (_step_peak_bytes(whole) - tokens * SIZES["hidden_size"] * 2) / (tokens * vocab)
+    estimated = estimated_logits_bytes(vocab, TrainSetup(adapter="lora", sequence_len=tokens, micro_batch_size=1,
+                                                         compiled=True)) / (tokens * vocab)
+    assert measured == pytest.approx(4.0, rel=0.02) and estimated == 8.0
+
 
 def test_eager_chunked_cross_entropy_keeps_each_chunk_s_log_softmax_beside_the_logits() -> None:
     """LitGPT's chunked_cross_entropy (the lm_head applied per chunk of 128 positions, every chunk's loss computed
