@@ -183,8 +183,11 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
     # 16-bit chunk only; one chunk's gradient beside them in the backward pass. Chunked, eager (LitGPT's
     # chunked_cross_entropy): every chunk's loss is computed before the backward pass, so each chunk's c-byte
     # log-softmax output is saved beside the logits (both measured: tests/train/test_activation_memory.py).
+    # Not upcast (16-bit logits scored as they are): the logits' shifted copy, the log-softmax output and its
+    # grad, 3c at the peak (measured on CPU the same way).
     chunked = c + (c / TORCHTUNE_OUTPUT_CHUNKS if s.compiled else c)
-    per_vocab = {"standard": c + (4.0 + c if s.compiled else 12.0), "chunked": chunked, "fused": 0.0}[s.loss]
+    standard = c + (4.0 + c if s.compiled else 12.0) if s.logits_upcast else 3 * c
+    per_vocab = {"standard": standard, "chunked": chunked, "fused": 0.0}[s.loss]
     if s.adapter != "full" and adapts_head(s.lora_target_modules):
         per_vocab += c  # LoRA on the head: its vocabulary-wide output beside the base logits until they are added
     logits = tokens * shape.vocab * per_vocab

@@ -90,6 +90,9 @@ class TrainSetup:
     gradient_accumulation_steps: int = 1  # > 1: grads live through the next forward pass
     frozen_fp32: bool = False  # lora: the frozen base kept in fp32 (LitGPT's bf16-mixed) instead of 16-bit
     compiled: bool = False  # torch.compile fuses the norm/MLP elementwise ops: fewer saved activations
+    # False: the model's code scores its 16-bit logits as they are and nothing autocasts the loss (Qwen-1's
+    # remote code under DeepSpeed's fp16/bf16 engine, where Accelerate turns autocast off): no fp32 copies
+    logits_upcast: bool = True
     activation_offload: bool = False  # checkpointed layer inputs moved to host RAM (torchtune)
     fused_activation: bool = False  # the MLP's activation is one kernel whatever config.json names (LitGPT)
     # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters

@@ -364,6 +364,30 @@ def test_each_layer_adds_to_a_step_s_peak_what_the_estimate_says(checkpointing: 
     assert (peak(4) - peak(2)) / (2 * tokens) == pytest.approx(per_layer, rel=0.03)
 
 
+def test_a_loss_on_16_bit_logits_keeps_three_copies() -> None:
+    """Qwen-1's remote code scores its logits as they come (modeling_qwen.py: a shifted copy, then
+    CrossEntropyLoss, no .float()), and under DeepSpeed's fp16/bf16 engine nothing autocasts the loss: the step
+    peaks at the shifted copy, the log-softmax output and its grad, 3c bytes per token and vocabulary entry, the
+    model's output freed before the backward pass as the HF Trainer frees it: the estimate with logits_upcast false."""
+    tokens, vocab = 1024, 8192
+    head = torch.nn.Linear(SIZES["hidden_size"], vocab, bias=False).to(torch.bfloat16).requires_grad_(False)
+    hidden = torch.randn(1, tokens, SIZES["hidden_size"], dtype=torch.bfloat16)
+    labels = torch.randint(0, vocab, (1, tokens))
+
+    def step() -> None:
+        x = hidden.clone().requires_grad_(True)
+        lm_logits = head(x)
+        shift_logits = lm_logits[..., :-1, :].contiguous()
+        loss = torch.nn.CrossEntropyLoss()(shift_logits.view(-1, vocab), labels[..., 1:].contiguous().view(-1))
+        del lm_logits, shift_logits  # the model's outputs, gone when compute_loss returns
+        loss.backward()
+
+    measured = (_step_peak_bytes(step) - tokens * SIZES["hidden_size"] * 2) / (tokens * vocab)  # less x (bf16)
+    setup = TrainSetup(adapter="lora", sequence_len=tokens, micro_batch_size=1, logits_upcast=False)
+    estimated = estimated_logits_bytes(vocab, setup) / (tokens * vocab)
+    assert estimated == 6.0 and measured == pytest.approx(estimated, rel=0.02)
+
+
 def test_compiled_chunked_cross_entropy_keeps_only_the_logits() -> None:
     """torchtune's CEWithChunkedOutputLoss with its compute_cross_entropy compiled, as its recipes run it with
     compile: true (the head applied per chunk, each chunk upcast and scored inside one compiled function):
