@@ -396,9 +396,13 @@ def test_compiled_chunked_cross_entropy_keeps_only_the_logits() -> None:
     c + c/4, measured alike): the estimate's "logits" term for a compiled chunked loss. (The same loss eager
     keeps each chunk's fp32 log-softmax too: 6.5 bytes.) Inductor compiles C++ on CPU: .ci/run installs g++."""
     import shutil
+    import sysconfig
+    from pathlib import Path
 
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("torch.compile (inductor) needs a C++ compiler on CPU; .ci/run installs g++")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        pytest.skip("torch.compile (inductor) needs Python's headers on CPU; .ci/run installs python3-dev")
     tokens, vocab, chunks = 1024, 8192, 8
     head = torch.nn.Linear(SIZES["hidden_size"], vocab, bias=False).to(torch.bfloat16).requires_grad_(False)
     hidden = torch.randn(tokens, SIZES["hidden_size"], dtype=torch.bfloat16)
