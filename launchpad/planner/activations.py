@@ -89,6 +89,25 @@ def _trained_layer(shape: ModelShape, c: float, r: float, m: int) -> tuple[float
     return per_layer, how
 
 
+def _litgpt_attention(shape: ModelShape, s: TrainSetup, c: float) -> tuple[float, str]:
+    """What LitGPT's attention and LoRA keep beyond the count above, which has q, k, v and the output at their
+    own widths: SDPA gets k and v at the query width (expanded copies where there are fewer kv heads), and
+    under MHA v is a view of the fused qkv output, which keeps all of it alive; LoRA on some of q, k, v
+    (LoRAQKVLinear) pads their outputs to the fused width and keeps the pad's source. Measured with LitGPT's own
+    code on CPU (saved_tensors_hooks, one layer against two): Llama-2-7B LoRA q,v 181,000 bytes per token and
+    layer at 2024's 5895df1 (164,516 at 2023's 8641822, whose RMSNorm ran in 16 bits), Llama-3-8B 178,440."""
+    q, kv = shape.q_dim, shape.kv_dim
+    v_kept = q + 2 * kv if kv == q else q
+    extra = c * (q + v_kept - 2 * kv)
+    how = f" + LitGPT k,v at query width {extra:g}"
+    on = [p for p in s.litgpt_lora_qkv if p in ("q", "k", "v")]
+    if s.adapter != "full" and 0 < len(on) < 3:
+        pad = c * sum(q if p == "q" else kv for p in on)
+        extra += pad
+        how += f" + LoRA pad source {pad:g}"
+    return extra, how
+
+
 def _frozen_layer(shape: ModelShape, s: TrainSetup, c: float, r: float, m: int) -> tuple[float, str]:
     """Bytes per token one decoder layer saves under LoRA/QLoRA, and how. A frozen weight needs no input for its
     grad: a frozen projection saves nothing (bitsandbytes' int8 matmul keeps its input all the same), a frozen
@@ -149,6 +168,10 @@ def activation_terms(shape: ModelShape, s: TrainSetup, c: float) -> list[tuple[s
         per_layer, how = _trained_layer(shape, c, r, m)
     else:
         per_layer, how = _frozen_layer(shape, s, c, r, m)
+    if s.litgpt_attention:
+        extra, why = _litgpt_attention(shape, s, c)
+        per_layer += extra
+        how += why
     if r != c:
         how += " (fp32 residual stream: kbit preparation)"
     eager, why = attention_is_eager(shape, s)

@@ -93,6 +93,11 @@ class TrainSetup:
     # False: the model's code scores its 16-bit logits as they are and nothing autocasts the loss (Qwen-1's
     # remote code under DeepSpeed's fp16/bf16 engine, where Accelerate turns autocast off): no fp32 copies
     logits_upcast: bool = True
+    # LitGPT's own model code: one fused qkv linear, k and v kept at the query width by SDPA (expanded copies
+    # under GQA; under MHA v is a view that keeps the whole fused output alive), and its LoRA pads the outputs
+    # of the q/k/v switches that are on (`litgpt_lora_qkv`) to the fused width, keeping the pad's source
+    litgpt_attention: bool = False
+    litgpt_lora_qkv: tuple[str, ...] = ()
     activation_offload: bool = False  # checkpointed layer inputs moved to host RAM (torchtune)
     fused_activation: bool = False  # the MLP's activation is one kernel whatever config.json names (LitGPT)
     # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters

@@ -86,6 +86,9 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
         frozen_fp32=ref["adapter"] == "lora" and framework == "litgpt" and precision.endswith("mixed"),
         compiled=bool(ref.get("compile")), activation_offload=bool(ref.get("activation_offload")),
         logits_upcast=bool(ref.get("logits_upcast", True)),
+        litgpt_attention=framework == "litgpt",
+        litgpt_lora_qkv=tuple(t for t in (ref.get("lora_target_modules") or ()) if t in ("q", "k", "v"))
+        if framework == "litgpt" else (),
         foreach=ref.get("optimizer_foreach", True), fsdp_embeddings_apart=bool(ref.get("fsdp_custom_sharded_layers")),
         # LitGPT accumulates under Fabric's no_backward_sync, which is FSDP's no_sync (finetune/*.py at 2685705)
         fsdp_no_sync=framework == "litgpt",

@@ -307,6 +307,23 @@ def test_pure_16_bit_runs_keep_adapters_in_16_bit() -> None:
     assert pure.parts["optimizer"] == pytest.approx(mixed.parts["optimizer"] / 2)
 
 
+@pytest.mark.parametrize("model, measured", [("meta-llama/Llama-2-7b-hf", 181_000), ("meta-llama/Meta-Llama-3-8B", 178_440)])
+def test_litgpt_s_attention_and_lora_per_layer_as_its_own_code_keeps(monkeypatch, model: str, measured: int) -> None:
+    """LitGPT's LoRA rows (its own model code, not transformers'): bytes per token one layer keeps, LoRA r=32 on
+    q and v, as measured with LitGPT's code at 5895df1 (the commit of its config-hub table) on CPU, one layer
+    against two with saved_tensors_hooks (each storage once): SDPA keeps k and v at the query width (Llama-3's
+    GQA expands them; Llama-2's v is a view that keeps the whole fused qkv output), and LoRAQKVLinear keeps the
+    source of its zero pad. CPU's dropout keeps its mask in bf16 (2h) where CUDA's keeps a bool (h): measured - h."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the bundled shapes
+    shape = resolve_shape(model)
+    tokens = 1000
+    setup = TrainSetup(adapter="lora", sequence_len=tokens, micro_batch_size=1, lora_r=32, lora_target_modules=("attn",),
+                       lora_dropout=0.05, precision="bf16", fp32_master_weights=False, fused_activation=True,
+                       litgpt_attention=True, litgpt_lora_qkv=("q", "v"), loss="fused")
+    per_layer = estimate_memory(shape, setup).parts["activations"] * 2**30 / tokens / shape.layers
+    assert per_layer == pytest.approx(measured - shape.hidden, rel=0.003)
+
+
 def test_varying_row_lengths_fragment_the_allocator() -> None:
     packed, unpacked = est("lora", packing=True), est("lora")
     assert packed.peak_allocated_gb() == pytest.approx(unpacked.peak_allocated_gb())

@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 79 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 80 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -76,8 +76,12 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # from compiling were mostly the loss's); Liger's two 'Torch Compile' rows say compile: true: 1.55 -> 1.10.
     # 79: Qwen-1's remote code scores 16-bit logits, and under DeepSpeed nothing autocasts them: 3c bytes, not the
     # upcast's c + 12 (measured on CPU): Qwen's README rows under DeepSpeed, 1.8B full 1.29 -> 1.05, 7B QLoRA
-    # 1.30 -> 0.87, 72B QLoRA 1.12 -> 0.99; long context 62% -> 75%
-    assert within >= 0.82, table(comparisons)
+    # 1.30 -> 0.87, 72B QLoRA 1.12 -> 0.99; long context 62% -> 75%.
+    # 80: LitGPT's own attention keeps k and v at the query width (GQA's expanded copies; under MHA v a view that
+    # keeps the whole fused qkv output) and its LoRA keeps the source of its zero pad: measured with LitGPT's code
+    # at both table commits (test_memory.py), its LoRA rows 0.79-0.96 -> 0.87-0.99 and its Llama-2-7B micro-batch-4
+    # run that ran out of 40 GB now does (40.7 GB)
+    assert within >= 0.83, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -111,7 +115,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 79 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 80 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
