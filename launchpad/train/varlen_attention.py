@@ -17,6 +17,8 @@ and compare with SDPA, and benchmarks/varlen_check.py compares the kernel with b
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 NAME = "launchpad_varlen"
@@ -126,6 +128,24 @@ def _compute_dtype(query: Any, module: Any) -> Any:
     return configured if configured in (torch.float16, torch.bfloat16) else torch.bfloat16
 
 
+class _Any:
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY = _Any()
+
+
+@functools.lru_cache(maxsize=8)
+def _keywords(kernel: Any) -> frozenset[str] | _Any:
+    """The keyword names `kernel` takes, read once per kernel (call_kernel runs in every layer of every step);
+    a kernel taking **kwargs takes any."""
+    params = inspect.signature(kernel).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return _ANY
+    return frozenset(params)
+
+
 def call_kernel(kernel: Any, q: Any, k: Any, v: Any, cu: Any, longest: int, scale: float | None,
                 window: tuple[int, int]) -> Any:
     """Call `kernel` with what its signature has. `varlen_attn` grew its keywords over releases: torch 2.10
@@ -133,13 +153,8 @@ def call_kernel(kernel: Any, q: Any, k: Any, v: Any, cu: Any, longest: int, scal
     then `enable_gqa`. Without `scale`, q is pre-scaled (exact: softmax((c q) k / sqrt(d)) with c = scale *
     sqrt(d)); without `enable_gqa`, each kv head is repeated for its query heads; a sliding window needs
     `window_size`."""
-    import inspect
-
-    params = inspect.signature(kernel).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-
     def takes(name: str) -> bool:
-        return takes_any or name in params
+        return name in _keywords(kernel)
 
     kwargs: dict[str, Any] = {}
     if scale is not None:
