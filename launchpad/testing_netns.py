@@ -11,6 +11,7 @@ test, not the assertion and the CLI's stderr that say why. The whole inner outpu
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -48,7 +49,9 @@ def run_scenarios_offline(scenarios: Path, tmp_path: Path, *, passed: int, drop_
 
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.fail("needs util-linux's unshare and iproute2's ip (.ci/run installs them)")
-    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider --timeout {inner_timeout} "
+    # the scenarios run one after another, in this process's worker: -n 0 overrides an `-n auto` in addopts
+    serial = "-n 0 " if importlib.util.find_spec("xdist") is not None else ""
+    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider {serial}--timeout {inner_timeout} "
              f"--log-level=WARNING {f'--durations={durations} ' if durations else ''}"
              f"--basetemp {tmp_path / 'inner'} {scenarios}")
     env = {**os.environ, "LAUNCHPAD_NETNS": "1"}

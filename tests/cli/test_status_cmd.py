@@ -59,12 +59,15 @@ def test_ten_thousand_jobs_answer_fast(state_url):
     fill_state(db, 10_000, instances=2, events=3)
     db.close()
     run("status")  # warm: imports, plugin discovery
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     run("status")
-    table = time.perf_counter() - start
-    start = time.perf_counter()
+    table = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter(), time.process_time()
     rows = json.loads(run("status", "--json").stdout)
-    as_json = time.perf_counter() - start
+    as_json = time.perf_counter() - wall, time.process_time() - cpu
     assert len(rows) == 110
-    # the target is 0.5 s; the margin is for a loaded CI machine (benchmarks/state_scale.py measures)
-    assert table < 1.5 and as_json < 1.5, (table, as_json)
+    # The target is 0.5 s (benchmarks/state_scale.py measures it). This process's CPU time is what reading and
+    # showing 10,000 jobs costs here, whatever else the machine runs (CI, pytest-xdist's other workers); the
+    # wall-clock bound, with its margin, also covers the database server's share.
+    assert table[1] < 1.0 and as_json[1] < 1.0, (table, as_json)
+    assert table[0] < 5 and as_json[0] < 5, (table, as_json)
