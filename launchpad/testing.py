@@ -20,9 +20,43 @@ Kept free of heavy imports: pytest loads this module in every run.
 from __future__ import annotations
 
 import os
+import resource
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
+
+
+@dataclass
+class Timing:
+    """What `timed` measured, in seconds; filled in when its block ends."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+
+def _cpu_seconds(children: bool) -> float:
+    if not children:
+        return time.process_time()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextmanager
+def timed(*, children: bool = False) -> Iterator[Timing]:
+    """Time a block for a "this is fast" check: its CPU seconds (this process's, or with `children=True`
+    those of the child processes it waited for, e.g. a CLI run through subprocess) and its wall seconds.
+    Compare the CPU time with the target: other processes' load (CI, pytest-xdist's other workers) does not
+    count in it, and a blow-up still does. Bound the wall time only loosely, to catch a hang."""
+    result = Timing()
+    wall, cpu = time.perf_counter(), _cpu_seconds(children)
+    try:
+        yield result
+    finally:
+        result.wall, result.cpu = time.perf_counter() - wall, _cpu_seconds(children) - cpu
 
 
 @pytest.fixture

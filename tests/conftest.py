@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Under pytest-xdist (pyproject's `-n auto`), each worker's torch, and every trainer it starts, uses its share
 # of the cores. OpenMP's default of one thread per core in every worker oversubscribes them, and its threads
 # spin while they wait: with 4 workers on 2 cores a 14 s training test took over 240 s.
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _share = max(1, (os.cpu_count() or 1) // _WORKERS)
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
     os.environ.setdefault("MKL_NUM_THREADS", str(_share))
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import resource
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+
+from launchpad.testing import timed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,12 +28,8 @@ def write(tmp_path: Path, data: dict) -> str:
 
 def test_plan_explain_on_a_fresh_home_is_fast_and_shows_every_cloud(run_cli, tmp_path: Path) -> None:
     recipe = write(tmp_path, QLORA_8B)
-    # the CLI's own CPU time: what a user waits for on an idle machine, whatever else this one runs (CI,
-    # pytest-xdist's other workers); the wall clock only catches a hang
-    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = run_cli("plan", recipe, "--explain")
-    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
-    elapsed = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    with timed(children=True) as took:  # the CLI's CPU time: what a user waits for on an idle machine
+        proc = run_cli("plan", recipe, "--explain")
     assert proc.returncode == 1, proc.stderr  # issue 9 item 2: nothing configured can run it -> exit 1
     out = proc.stdout
     assert "VRAM per GPU" in out
@@ -42,7 +38,7 @@ def test_plan_explain_on_a_fresh_home_is_fast_and_shows_every_cloud(run_cli, tmp
     assert "Host need per node (1 GPU)" in out and "bf16 weights" in out  # item 4: the host need, explained
     assert "why it would win" in out and "storage I/O" in out and "est. cost" in out
     assert "most common rejection reasons" in out and "not configured" in out
-    assert elapsed < 2.0 and wall < 20, f"plan --explain took {elapsed:.2f}s of CPU, {wall:.2f}s"
+    assert took.cpu < 2.0 and took.wall < 20, f"plan --explain took {took.cpu:.2f}s of CPU, {took.wall:.2f}s"
 
 
 def test_plan_json(run_cli, tmp_path: Path) -> None:
