@@ -1,4 +1,3 @@
-
 import pytest
 
 from launchpad.gpuspec import KNOWN_GPUS, GpuSpec, canonical_gpu_name, check_gpu_names, known_gpu_names, parse_gpu_spec
