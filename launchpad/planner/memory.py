@@ -28,6 +28,8 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
     keeps whole the last layers that the trace uses again within `stage3_max_reuse_distance` parameters
     (all of a small model); offload moves the
     states (and with offload_param the weights) to host RAM, leaving the gathered working set.
+  - DeepSpeed's gradient bucket at the JSON's reduce_bucket_size (two under ZeRO-1/2 with overlap_comm) and
+    ZeRO-3's prefetch bucket: allocated whatever the model's size (`_deepspeed_buckets`).
   - plain data parallelism (DDP, no ZeRO/FSDP) on more than one GPU: its all-reduce buckets, a second copy
     of the grads.
 
@@ -103,6 +105,12 @@ class TrainSetup:
     # DeepSpeed ZeRO-3 keeps a gathered parameter when the trace uses it again within this many parameters
     # (stage3_max_reuse_distance; DeepSpeed's default 1e9, launchpad's presets too, Axolotl's configs 0)
     reuse_distance: int = DEEPSPEED_REUSE_DISTANCE
+    # DeepSpeed's gradient buckets, in elements (None: "auto", the model's hidden^2 and 0.9 hidden^2, as the HF
+    # Trainer and Accelerate fill it in); overlap_comm None: DeepSpeed's default, on for ZeRO-3 only
+    reduce_bucket_size: int | None = None
+    prefetch_bucket_size: int | None = None
+    overlap_comm: bool | None = None
+    contiguous_gradients: bool = True
     # torch steps AdamW over all tensors at once (its default on GPU, "foreach"), with a temporary of the second
     # moments' size; one tensor at a time where the params are FSDP1 FlatParameters (use_orig_params false)
     foreach: bool = True
@@ -261,6 +269,28 @@ def _reuse_term(shape: ModelShape, s: TrainSetup, weight_bytes: float) -> list[T
                  f"distance {s.reuse_distance:.0e})", phase="forward")]
 
 
+def _deepspeed_buckets(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
+    """The buffers DeepSpeed's ZeRO optimiser allocates on the GPU, whatever the model's size (its stage3.py and
+    stage_1_and_2.py): with contiguous_gradients (its default) a gradient bucket of reduce_bucket_size elements
+    in the 16-bit dtype, two under ZeRO-1/2 when overlap_comm double-buffers it, held through the backward pass
+    while the activations are; ZeRO-3 also prefetches up to stage3_prefetch_bucket_size parameters ahead.
+    A JSON that leaves the sizes out gets DeepSpeed's 5e8 and 5e8 elements (~1 GB each in bf16); "auto" is the
+    model's hidden^2."""
+    h2 = shape.hidden ** 2
+    reduce = s.reduce_bucket_size if s.reduce_bucket_size is not None else h2
+    how_r = f"{reduce:.3g}" if s.reduce_bucket_size is not None else "auto h^2"
+    if s.zero_stage >= 3:
+        prefetch = s.prefetch_bucket_size if s.prefetch_bucket_size is not None else int(0.9 * h2)
+        how_p = f"{prefetch:.3g}" if s.prefetch_bucket_size is not None else "auto 0.9 h^2"
+        n = reduce * s.contiguous_gradients + prefetch
+        return [Term("ZeRO buckets", n * c / GIB, f"reduce bucket {how_r} + prefetch {how_p} elements x {c:g}")]
+    if not s.contiguous_gradients:
+        return []
+    copies = 2 if s.overlap_comm else 1
+    return [Term("ZeRO buckets", reduce * copies * c / GIB,
+                 f"reduce bucket {how_r} elements x {copies} (overlap_comm {'on' if s.overlap_comm else 'off'}) x {c:g}")]
+
+
 def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str, Any] | None = None) -> MemoryEstimate:
     """The per-GPU memory estimate (see the module docstring for the model)."""
     if settings is None:
@@ -352,12 +382,18 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         largest = shape.largest_module_params
         if not (s.deepspeed or s.fsdp_embeddings_apart):  # FSDP does not reshard its root unit after the forward
             largest = max(largest, shape.embedding_params)
-        gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
-        terms.append(Term("ZeRO-3 gathered", gathered / GIB,
-                          f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
+        if s.deepspeed:
+            terms.append(Term("ZeRO-3 gathered", largest * c * 2 / GIB,
+                              f"largest module {largest / 1e6:.0f}M x {c:g} x 2 (gathered, and its grad)"))
+        else:
+            gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
+            terms.append(Term("ZeRO-3 gathered", gathered / GIB,
+                              f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
         if s.deepspeed:
             wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
             terms.extend(_reuse_term(shape, s, weight_bytes=wb))
+    if s.deepspeed and s.zero_stage >= 1:
+        terms.extend(_deepspeed_buckets(shape, s, c))
     terms.extend(Term(name, n / GIB, formula, phase="forward") for name, n, formula in activation_terms(shape, s, c))
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
@@ -371,7 +407,8 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
     """The `TrainSetup` of a `launchpad.recipe.Recipe`: what launchpad's trainer will run."""
     src = getattr(recipe, "source_path", None)
     base_dir = Path(src).parent if src else None
-    stage, off_opt, off_par, reuse = read_deepspeed(recipe.deepspeed, base_dir)
+    ds = read_deepspeed(recipe.deepspeed, base_dir)
+    stage, off_opt, off_par, reuse = ds.stage, ds.offload_optimizer, ds.offload_param, ds.reuse_distance
     targets = recipe.lora_target_modules
     if isinstance(targets, str):
         targets = targets_of_pattern(targets)
@@ -385,6 +422,8 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         lora_dropout=float(getattr(recipe, "lora_dropout", 0.05)),
         optimizer=getattr(recipe, "optimizer", None), zero_stage=stage, deepspeed=bool(recipe.deepspeed),
         offload_optimizer=off_opt, offload_param=off_par, reuse_distance=reuse,
+        reduce_bucket_size=ds.reduce_bucket_size, prefetch_bucket_size=ds.prefetch_bucket_size,
+        overlap_comm=ds.overlap_comm, contiguous_gradients=ds.contiguous_gradients,
         load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
         precision="fp32" if recipe.bf16 is False else "bf16",
         # TRL's SFTTrainer puts a quantised model's trainable params (the adapters) in bf16; PEFT's own are fp32

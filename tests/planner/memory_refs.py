@@ -52,6 +52,10 @@ def load_references(path: Path = REFERENCES) -> list[dict[str, Any]]:
     return list(yaml.safe_load(path.read_text(encoding="utf-8"))["references"])
 
 
+def _count(value: Any) -> int | None:
+    return None if value is None else int(float(value))
+
+
 def setup_of(ref: dict[str, Any]) -> TrainSetup:
     precision = str(ref.get("precision") or "bf16-mixed")
     framework = str(ref.get("framework") or "other")
@@ -92,6 +96,9 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
         foreach=ref.get("optimizer_foreach", True), fsdp_embeddings_apart=bool(ref.get("fsdp_custom_sharded_layers")),
         # LitGPT accumulates under Fabric's no_backward_sync, which is FSDP's no_sync (finetune/*.py at 2685705)
         fsdp_no_sync=framework == "litgpt",
+        # DeepSpeed's buckets where the run's config is known (absent: "auto", as the HF Trainer fills it)
+        reduce_bucket_size=_count(ref.get("reduce_bucket_size")), prefetch_bucket_size=_count(ref.get("prefetch_bucket_size")),
+        overlap_comm=ref.get("overlap_comm"),
         fused_activation=framework == "litgpt",  # LitGPT's MLPs call F.gelu (one kernel) for every GELU variant
     )
 

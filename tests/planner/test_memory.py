@@ -190,8 +190,10 @@ def test_fsdp_holds_its_root_unit_and_under_no_sync_the_whole_grads() -> None:
     deepspeed, fsdp = est("full", deepspeed=True, **common), est("full", **common)
     apart = est("full", fsdp_embeddings_apart=True, **common)
     assert emb == 2 * 128256 * 4096  # untied: embedding and head
-    assert fsdp.parts["ZeRO-3 gathered"] - deepspeed.parts["ZeRO-3 gathered"] == pytest.approx(emb / 2 * 2 * 2 / GiB)
-    assert apart.parts["ZeRO-3 gathered"] == deepspeed.parts["ZeRO-3 gathered"]
+    # FSDP's gathered term also holds its 2 h^2 of buckets; DeepSpeed's buckets are a term of their own
+    h2 = 2 * 4096 ** 2 * 2 / GiB
+    assert fsdp.parts["ZeRO-3 gathered"] - h2 - deepspeed.parts["ZeRO-3 gathered"] == pytest.approx(emb / 2 * 2 * 2 / GiB)
+    assert apart.parts["ZeRO-3 gathered"] - h2 == pytest.approx(deepspeed.parts["ZeRO-3 gathered"])
     synced = est("full", gradient_accumulation_steps=4, **common)
     no_sync = est("full", gradient_accumulation_steps=4, fsdp_no_sync=True, **common)
     assert synced.term_gb(next(t for t in synced.terms if t.name == "grads"), 4) == pytest.approx(P * 2 / 4 / GiB)
@@ -367,12 +369,41 @@ def test_unknown_models_are_an_error_that_says_how_to_size_them(monkeypatch) -> 
 def test_deepspeed_config_is_read(tmp_path: Path) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
-    assert read_deepspeed(str(cfg)) == (3, True, False, 1_000_000_000)  # DeepSpeed's default reuse distance
+    # DeepSpeed's defaults where the file says nothing: reuse distance 1e9, buckets 5e8 / 5e7
+    assert read_deepspeed(str(cfg)) == (3, True, False, 1_000_000_000, 500_000_000, 50_000_000, None, True)
     assert read_deepspeed("configs/deepspeed/zero2.json", tmp_path / "nowhere")[0] == 2
-    assert read_deepspeed("zero3-offload") == (3, True, True, 1_000_000_000)  # a preset's name
-    assert read_deepspeed(None) == (0, False, False, 1_000_000_000)
+    assert read_deepspeed("zero3-offload")[:4] == (3, True, True, 1_000_000_000)  # a preset's name
+    assert read_deepspeed("zero3-offload").reduce_bucket_size is None  # the presets say "auto"
+    assert read_deepspeed(None)[:4] == (0, False, False, 1_000_000_000)
     axolotl = Path(__file__).resolve().parents[1] / "data" / "axolotl" / "deepspeed_configs" / "zero3_bf16.json"
     assert read_deepspeed(str(axolotl)).reuse_distance == 0  # spelt max_reuse_distance, as DeepSpeed allows
+
+
+def test_deepspeed_buckets_come_from_its_config(tmp_path: Path) -> None:
+    """DeepSpeed allocates its gradient bucket (two under ZeRO-1/2 with overlap_comm) at the configured size
+    whatever the model: a JSON that leaves the size out gets DeepSpeed's 5e8 elements, ~1 GB in bf16 each;
+    "auto" is the model's hidden^2 (the HF Trainer fills it)."""
+    def buckets(cfg: dict[str, Any], adapter: str = "lora") -> float:
+        path = tmp_path / "ds.json"
+        path.write_text(json.dumps({"zero_optimization": cfg}))
+        ds = read_deepspeed(str(path))
+        e = est(adapter, zero_stage=ds.stage, deepspeed=True, reduce_bucket_size=ds.reduce_bucket_size,
+                prefetch_bucket_size=ds.prefetch_bucket_size, overlap_comm=ds.overlap_comm,
+                contiguous_gradients=ds.contiguous_gradients)
+        return e.parts.get("ZeRO buckets", 0.0)
+
+    GiB = 2**30
+    assert buckets({"stage": 2, "overlap_comm": True}) == pytest.approx(2 * 5e8 * 2 / GiB)  # Axolotl's zero2.json
+    assert buckets({"stage": 1}) == pytest.approx(5e8 * 2 / GiB)  # overlap_comm is off below ZeRO-3 by default
+    assert buckets({"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": True}) == pytest.approx(
+        2 * 4096 ** 2 * 2 / GiB)
+    assert buckets({"stage": 2, "contiguous_gradients": False}) == 0.0
+    assert buckets({"stage": 3}) == pytest.approx((5e8 + 5e7) * 2 / GiB)
+    assert buckets({"stage": 3, "reduce_bucket_size": 2e8, "stage3_prefetch_bucket_size": "1e7"}) == pytest.approx(
+        (2e8 + 1e7) * 2 / GiB)
+    bucket_line = [line for line in est("lora", zero_stage=2, deepspeed=True, reduce_bucket_size=int(5e8),
+                                        overlap_comm=True).explain(1) if line.startswith("ZeRO buckets")]
+    assert bucket_line == ["ZeRO buckets: 1.86 GB = reduce bucket 5e+08 elements x 2 (overlap_comm on) x 2"]
 
 
 def test_setup_from_recipe(write_recipe) -> None:

@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 80 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 81 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -81,7 +81,11 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # keeps the whole fused qkv output) and its LoRA keeps the source of its zero pad: measured with LitGPT's code
     # at both table commits (test_memory.py), its LoRA rows 0.79-0.96 -> 0.87-0.99 and its Llama-2-7B micro-batch-4
     # run that ran out of 40 GB now does (40.7 GB)
-    assert within >= 0.83, table(comparisons)
+    # 81: DeepSpeed's gradient bucket (and ZeRO-3's prefetch) at the size the run's config gives, DeepSpeed's 5e8 and
+    # 5e7 elements where Accelerate's plugin config leaves them out, not hidden^2: PEFT's bloomz-7b1 ZeRO-3 offload
+    # row 0.70 -> 0.80 (in fp32 its bucket alone is the 1.9 GB its README logs before training); Qwen's ZeRO-2 rows
+    # (2e8, double-buffered) 0.87 -> 0.90 and 0.99 -> 1.00
+    assert within >= 0.84, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -115,7 +119,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 80 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 81 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
