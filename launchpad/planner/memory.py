@@ -395,6 +395,12 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
     if s.deepspeed and s.zero_stage >= 1:
         terms.extend(_deepspeed_buckets(shape, s, c))
     terms.extend(Term(name, n / GIB, formula, phase="forward") for name, n, formula in activation_terms(shape, s, c))
+    if shape.alibi_mask:
+        # held from the forward pass's start to the backward pass's end (each checkpointed layer keeps it as an
+        # input): beside the activations and the grads alike
+        n = (1 + s.micro_batch_size) * shape.heads * s.sequence_len ** 2
+        terms.append(Term("ALiBi mask", n * c / GIB, f"(1 cached + {s.micro_batch_size} combined) x {shape.heads} heads "
+                          f"x {s.sequence_len}^2 x {c:g} (the model's code materialises its ALiBi bias)"))
     return MemoryEstimate(
         shape=shape, setup=s, params=P, trainable_params=T, terms=tuple(terms),
         context_gb=float(settings["cuda_context_gb"]), overhead=float(settings["allocator_overhead"]),

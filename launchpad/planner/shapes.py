@@ -105,6 +105,9 @@ class ModelShape:
     norms_per_layer: int = 2
     norm_fp32: bool = False  # the norms scale by their weight in fp32 (their saved output is fp32)
     layer_norm: bool = False  # LayerNorm, not RMSNorm
+    # the model's own code builds its ALiBi bias as a [heads, seq, seq] tensor, caches it, and adds the padding
+    # mask into a second [batch, heads, seq, seq] one that every layer reads (Baichuan-13B and Baichuan2-13B)
+    alibi_mask: bool = False
 
     @property
     def hd(self) -> int:
@@ -256,6 +259,10 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config.json") -> M
     shape_kw.update(_hybrid_layout(cfg, mtype, h, layers, inter))
     if mtype in _QK_NORM or any(cfg.get(k) is True for k in _QK_NORM_KEYS):
         shape_kw["qk_norm"] = "l2" if mtype.startswith("llama4") else "rms"
+    if mtype == "baichuan" and "max_position_embeddings" not in cfg:
+        # Baichuan's 13B code (v1 and v2) uses ALiBi and its config.json has no max_position_embeddings; the 7B
+        # code uses RoPE and states it (a model_shapes.yaml entry for a 7B must state it too)
+        shape_kw["alibi_mask"] = True
     shape_kw.update(norm_fp32=mtype in _NORM_FP32_SCALE, norms_per_layer=4 if mtype in _FOUR_NORMS else 2,
                     layer_norm=mtype in _LAYER_NORM)
     shape = ModelShape(

@@ -406,6 +406,22 @@ def test_deepspeed_buckets_come_from_its_config(tmp_path: Path) -> None:
     assert bucket_line == ["ZeRO buckets: 1.86 GB = reduce bucket 5e+08 elements x 2 (overlap_comm on) x 2"]
 
 
+def test_baichuan_13b_s_alibi_masks_are_counted() -> None:
+    """Baichuan's 13B code (ALiBi; its config.json has no max_position_embeddings) builds its bias as a
+    [heads, seq, seq] tensor and adds the padding mask into a [batch, heads, seq, seq] one that every layer
+    reads; the 7B code (RoPE, which states max_position_embeddings) builds neither."""
+    common = dict(model_type="baichuan", hidden_size=5120, intermediate_size=13696, num_hidden_layers=40,
+                  num_attention_heads=40, vocab_size=125696, tie_word_embeddings=False)
+    alibi = shape_from_config({**common, "model_max_length": 4096})
+    rope = shape_from_config({**common, "max_position_embeddings": 4096})
+    assert alibi.alibi_mask and not rope.alibi_mask
+    setup = TrainSetup(adapter="lora", sequence_len=8192, micro_batch_size=2, gradient_checkpointing=True)
+    with_mask, without = estimate_memory(alibi, setup), estimate_memory(rope, setup)
+    assert with_mask.parts["ALiBi mask"] == pytest.approx(3 * 40 * 8192 ** 2 * 2 / 2**30)  # 15 GiB at 8k
+    assert "ALiBi mask" not in without.parts
+    assert with_mask.peak_allocated_gb() - without.peak_allocated_gb() == pytest.approx(with_mask.parts["ALiBi mask"])
+
+
 def test_setup_from_recipe(write_recipe) -> None:
     r = write_recipe(adapter="lora", lora_r=16, lora_target_modules=["q_proj", "v_proj"], micro_batch_size=2)
     s = setup_from_recipe(r)

@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 81 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 82 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -85,7 +85,10 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # 5e7 elements where Accelerate's plugin config leaves them out, not hidden^2: PEFT's bloomz-7b1 ZeRO-3 offload
     # row 0.70 -> 0.80 (in fp32 its bucket alone is the 1.9 GB its README logs before training); Qwen's ZeRO-2 rows
     # (2e8, double-buffered) 0.87 -> 0.90 and 0.99 -> 1.00
-    assert within >= 0.84, table(comparisons)
+    # 82: Baichuan2-13B's own code builds its ALiBi bias as [heads, seq, seq] and a second one with the padding mask
+    # (10 GB at 8k), and swift's benchmark ran that code with its memory-efficient SDPA whatever --use_flash_attn
+    # said: its 8k LoRA row 0.67 -> 0.81 (long context 75% -> 79%)
+    assert within >= 0.85, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -119,7 +122,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 81 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 82 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
