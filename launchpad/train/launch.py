@@ -120,7 +120,9 @@ def trainer_command(
             if hostfile is not None:
                 argv += ["--hostfile", str(hostfile)]
         return [*argv, "--module", *module[1:]], env
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc_per_node)]
+    # torchrun's per-attempt folders (and a failed worker's error file) go beside the job, not into /tmp
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc_per_node),
+            "--log-dir", str(Path(spec_path).parent / "torchrun")]
     if nnodes == 1:
         # A free port on this machine: two single-node jobs side by side must not collide.
         argv += ["--standalone"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from trainrun import (
@@ -45,6 +46,7 @@ def test_deepspeed_or_several_gpus_use_torchrun_standalone(tmp_path):
     argv, env = trainer_command(path, spec, nproc_per_node=1)
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--standalone" in argv and argv[argv.index("--nproc_per_node") + 1] == "1"
+    assert Path(argv[argv.index("--log-dir") + 1]).parent == path.resolve().parent  # beside the job, not in /tmp
     assert argv[-4:] == [*TRAIN, str(path.resolve())]
     path, spec = _spec(tmp_path)
     argv, _ = trainer_command(path, spec, nproc_per_node=4)
@@ -56,8 +58,8 @@ def test_multi_node_gets_rank_master_and_a_hostfile(tmp_path):
     path, spec = _spec(tmp_path, overrides={"resources.nodes": 2}, nodes=nodes, node_rank=1, master_port=29511)
     argv, _ = trainer_command(path, spec, nproc_per_node=8)
     opts = dict(zip(argv[3:-4:2], argv[4:-4:2], strict=True))
-    assert opts == {"--nproc_per_node": "8", "--nnodes": "2", "--node_rank": "1", "--master_addr": "10.0.0.5",
-                    "--master_port": "29511"}
+    assert opts == {"--nproc_per_node": "8", "--log-dir": str(tmp_path / "torchrun"), "--nnodes": "2", "--node_rank": "1",
+                    "--master_addr": "10.0.0.5", "--master_port": "29511"}
     assert (tmp_path / "hostfile").read_text() == "10.0.0.5 slots=8\n10.0.0.6 slots=8\n"
     # keyword arguments win over the spec
     argv, _ = trainer_command(path, spec, nproc_per_node=1, node_rank=0, master_addr="127.0.0.1", master_port=1234)
