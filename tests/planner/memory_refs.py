@@ -81,9 +81,10 @@ def setup_of(ref: dict[str, Any]) -> TrainSetup:
             zero > 0 and "fsdp" not in (str(ref["id"]) + str(ref.get("notes"))).lower()),
         attention="eager" if flash is False else "flash", loss=str(ref.get("loss") or "standard"),
         # PEFT's kbit preparation upcasts embeddings and head to fp32, except on GPTQ bases; Axolotl casts
-        # them back to 16-bit when FlashAttention is on (FlashAttention needs 16-bit inputs)
+        # them back to 16-bit when FlashAttention is on (FlashAttention needs 16-bit inputs); TRL skips the preparation
+        # for a 4-bit model that FSDP or ZeRO-3 shards (its Params4bit load on cpu/meta: `sharded_qlora`)
         kbit_upcast=(framework in _PEFT_FRAMEWORKS and ref.get("quantization") != "gptq"
-                     and not (framework == "axolotl" and flash is True)),
+                     and not (framework == "axolotl" and flash is True) and not ref.get("sharded_qlora")),
         optimizer_in_backward=bool(ref.get("optimizer_in_backward")),
         packing=bool(ref.get("packing") or ref.get("fixed_shape")),
         gradient_accumulation_steps=int(ref.get("gradient_accumulation_steps") or 1),
