@@ -23,8 +23,9 @@ Bytes per parameter, by run (P = parameters, T = trainable ones):
     multi-tensor ("foreach") AdamW step allocates the square roots of all second moments beside the grads
     (`adamw_torch`; not the fused kernel, bitsandbytes or DeepSpeed, which step in place).
   - ZeRO shards (stage >= 1) states + master, (>= 2) grads, (3) weights over the data-parallel world;
-    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket (under FSDP at least
-    its root unit, the embeddings and head together, which it keeps gathered through the backward), and under DeepSpeed
+    stage 3 gathers the largest module (weights + its grads) plus its prefetch bucket (under FSDP its root unit,
+    the embeddings and head together, which it keeps gathered through the backward, and two layers: the current
+    one and the one its backward prefetch fetches, `_fsdp_working_set`), and under DeepSpeed
     keeps whole the last layers that the trace uses again within `stage3_max_reuse_distance` parameters
     (all of a small model); offload moves the
     states (and with offload_param the weights) to host RAM, leaving the gathered working set.
@@ -269,6 +270,32 @@ def _reuse_term(shape: ModelShape, s: TrainSetup, weight_bytes: float) -> list[T
                  f"distance {s.reuse_distance:.0e})", phase="forward")]
 
 
+def _fsdp_working_set(shape: ModelShape, s: TrainSetup, c: float) -> Term:
+    """What FSDP holds unsharded at the backward pass's peak, with its default backward prefetch (BACKWARD_PRE:
+    "the current set of parameters, next set of parameters, and current set of gradients", torch's FSDP docs;
+    fully_shard prefetches the next module the same way): two decoder layers' weights as stored (NF4 under QLoRA)
+    and, where the base trains, the current layer's grads; plus the root unit (embeddings and head), which FSDP
+    does not reshard after the forward and whose grads build up through the whole backward pass. A frozen base
+    has no grads. With the embeddings and the head wrapped apart (torchtune's custom_sharded_layers) the head's
+    unit and the last layer's are the peak at the backward pass's start."""
+    layer = shape.largest_layer_params
+    train = 1.0 if s.adapter == "full" else 0.0
+    wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
+    layers = layer * (2 * wb + train * c)
+    how = f"2 layers x {layer / 1e6:.0f}M x {wb:.3g}" + (f" + 1 layer's grads x {c:g}" if train else "")
+    if s.fsdp_embeddings_apart:
+        head = shape.vocab * shape.hidden
+        at_start = head * c * (1 + train) + layer * wb
+        if at_start > layers:
+            return Term("ZeRO-3 gathered", at_start / GIB, f"head {head / 1e6:.0f}M x {c:g}" + (" + its grads" if train
+                        else "") + f" + 1 layer x {layer / 1e6:.0f}M x {wb:.3g} (FSDP, head unit apart)")
+        return Term("ZeRO-3 gathered", layers / GIB, how + " (FSDP: this layer and the prefetched next)")
+    root = shape.embedding_params
+    return Term("ZeRO-3 gathered", (root * c * (1 + train) + layers) / GIB,
+                f"root unit {root / 1e6:.0f}M x {c:g}" + (" + its grads" if train else "") + f" + {how} (FSDP: this layer"
+                " and the prefetched next)")
+
+
 def _deepspeed_buckets(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]:
     """The buffers DeepSpeed's ZeRO optimiser allocates on the GPU, whatever the model's size (its stage3.py and
     stage_1_and_2.py): with contiguous_gradients (its default) a gradient bucket of reduce_bucket_size elements
@@ -379,16 +406,12 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
         largest = shape.largest_module_params
         terms.append(Term("grads in flight", largest * c / GIB, f"largest module {largest / 1e6:.0f}M x {c:g}"))
     if s.zero_stage >= 3:
-        largest = shape.largest_module_params
-        if not (s.deepspeed or s.fsdp_embeddings_apart):  # FSDP does not reshard its root unit after the forward
-            largest = max(largest, shape.embedding_params)
         if s.deepspeed:
+            largest = shape.largest_module_params
             terms.append(Term("ZeRO-3 gathered", largest * c * 2 / GIB,
                               f"largest module {largest / 1e6:.0f}M x {c:g} x 2 (gathered, and its grad)"))
         else:
-            gathered = largest * c * 2 + (shape.hidden ** 2) * c * 2  # gathered + its grad, and the buckets
-            terms.append(Term("ZeRO-3 gathered", gathered / GIB,
-                              f"largest module {largest / 1e6:.0f}M x {c:g} x 2 + buckets 2 h^2 x {c:g}"))
+            terms.append(_fsdp_working_set(shape, s, c))
         if s.deepspeed:
             wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
             terms.extend(_reuse_term(shape, s, weight_bytes=wb))

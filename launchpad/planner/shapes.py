@@ -186,9 +186,12 @@ class ModelShape:
     @property
     def largest_module_params(self) -> int:
         """The biggest tensor ZeRO-3 gathers at once: the embedding matrix, or one layer's weights."""
-        per_layer = self.attn_params + max(self._mlp(self.intermediate),
-                                           self.experts * self._mlp(self.moe_intermediate))
-        return max(self.vocab * self.hidden, per_layer)
+        return max(self.vocab * self.hidden, self.largest_layer_params)
+
+    @property
+    def largest_layer_params(self) -> int:
+        """One decoder layer's weights (the largest kind, where MoE and dense layers differ): an FSDP unit."""
+        return self.attn_params + max(self._mlp(self.intermediate), self.experts * self._mlp(self.moe_intermediate))
 
 
 def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:

@@ -183,17 +183,23 @@ def test_zero_sharding_divides_by_the_world_size() -> None:
 
 def test_fsdp_holds_its_root_unit_and_under_no_sync_the_whole_grads() -> None:
     """FSDP wrapping each decoder layer leaves the embedding and the head in the root unit, which it does not
-    reshard after the forward: both matrices are gathered at once (unless wrapped apart, torchtune's
-    custom_sharded_layers). Accumulating inside no_sync() keeps every grad whole on each rank."""
-    P, emb, GiB = shape_of(LLAMA3_8B).params, shape_of(LLAMA3_8B).embedding_params, 2**30
+    reshard after the forward, and whose grads build up through the whole backward pass; with its default backward
+    prefetch it also holds this layer, the next one and this layer's grads (torch's BackwardPrefetch.BACKWARD_PRE).
+    Wrapped apart (torchtune's custom_sharded_layers), the head's unit and a layer are the peak. A frozen base has
+    no grads, and a QLoRA layer is gathered as NF4. Accumulating inside no_sync() keeps every grad whole."""
+    shape = shape_of(LLAMA3_8B)
+    P, emb, layer, GiB = shape.params, shape.embedding_params, shape.largest_layer_params, 2**30
     common: dict[str, Any] = dict(optimizer="adamw_torch", zero_stage=3, fp32_master_weights=False)
     deepspeed, fsdp = est("full", deepspeed=True, **common), est("full", **common)
     apart = est("full", fsdp_embeddings_apart=True, **common)
-    assert emb == 2 * 128256 * 4096  # untied: embedding and head
-    # FSDP's gathered term also holds its 2 h^2 of buckets; DeepSpeed's buckets are a term of their own
-    h2 = 2 * 4096 ** 2 * 2 / GiB
-    assert fsdp.parts["ZeRO-3 gathered"] - h2 - deepspeed.parts["ZeRO-3 gathered"] == pytest.approx(emb / 2 * 2 * 2 / GiB)
-    assert apart.parts["ZeRO-3 gathered"] - h2 == pytest.approx(deepspeed.parts["ZeRO-3 gathered"])
+    assert emb == 2 * 128256 * 4096 and layer == 4096 * (2 * 4096 + 2 * 1024) + 3 * 4096 * 14336
+    assert deepspeed.parts["ZeRO-3 gathered"] == pytest.approx(emb / 2 * 2 * 2 / GiB)  # its largest module, + grad
+    assert fsdp.parts["ZeRO-3 gathered"] == pytest.approx((emb * 2 * 2 + layer * 3 * 2) / GiB)
+    assert apart.parts["ZeRO-3 gathered"] == pytest.approx((emb / 2 * 2 * 2 + layer * 2) / GiB)  # head + grads, a layer
+    lora = est("lora", zero_stage=3)
+    qlora = est("qlora", zero_stage=3)
+    assert lora.parts["ZeRO-3 gathered"] == pytest.approx((emb * 2 + layer * 2 * 2) / GiB)  # frozen: no grads
+    assert qlora.parts["ZeRO-3 gathered"] < lora.parts["ZeRO-3 gathered"] - layer * 2 * 1.4 / GiB  # NF4 layers
     synced = est("full", gradient_accumulation_steps=4, **common)
     no_sync = est("full", gradient_accumulation_steps=4, fsdp_no_sync=True, **common)
     assert synced.term_gb(next(t for t in synced.terms if t.name == "grads"), 4) == pytest.approx(P * 2 / 4 / GiB)

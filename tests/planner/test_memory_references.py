@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 82 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 84 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -88,7 +88,12 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # 82: Baichuan2-13B's own code builds its ALiBi bias as [heads, seq, seq] and a second one with the padding mask
     # (10 GB at 8k), and swift's benchmark ran that code with its memory-efficient SDPA whatever --use_flash_attn
     # said: its 8k LoRA row 0.67 -> 0.81 (long context 75% -> 79%)
-    assert within >= 0.85, table(comparisons)
+    # 84: FSDP's working set at the backward pass's peak is what torch's docs say BACKWARD_PRE (its default) holds,
+    # this layer, the next one and this layer's grads, beside the root unit and its grads; a frozen base has no grads
+    # and a QLoRA layer is gathered as NF4: torchtune's two FSDP full fine-tunes 0.77 -> 0.82 and 0.80 -> 0.85, its
+    # CPU-offload one 0.84 -> 0.93; PEFT's FSDP QLoRA rows 0.93 -> 0.88 and 0.73 -> 0.64 (the offload run keeps
+    # ~2.6 GB more than the no-offload run's difference says, not found)
+    assert within >= 0.87, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -122,7 +127,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 82 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 84 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
