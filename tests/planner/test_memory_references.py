@@ -43,7 +43,7 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
         print("\n" + table(comparisons))
     within = sum(c.within for c in comparisons) / len(comparisons)
     median = sorted(c.ratio for c in comparisons)[len(comparisons) // 2]
-    # reached: 84 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
+    # reached: 86 of 96 (see below; the old estimate: 26 of 65 on its own set). It was 75 while LoRA targets spelt in
     # another architecture's names (c_attn, W_pack, LitGPT's q/v, torchtune's mlp) counted as no adapter at all:
     # the fix added their parameters and dropout copies, and moved two rows out of the band; ZeRO-3's reuse
     # distance (the last layers kept whole) brought one back. Three LitGPT full fine-tunes whose figures are below
@@ -93,7 +93,11 @@ def test_the_share_within_0_8_to_1_25_per_family(comparisons, capsys) -> None:
     # and a QLoRA layer is gathered as NF4: torchtune's two FSDP full fine-tunes 0.77 -> 0.82 and 0.80 -> 0.85, its
     # CPU-offload one 0.84 -> 0.93; PEFT's FSDP QLoRA rows 0.93 -> 0.88 and 0.73 -> 0.64 (the offload run keeps
     # ~2.6 GB more than the no-offload run's difference says, not found)
-    assert within >= 0.87, table(comparisons)
+    # 86: 28 rows whose notes quote the run's gradient accumulation (Axolotl's examples 2-4, LLaMA-Factory's 16,
+    # swift's ceil(16 / batch size), PEFT's 2-4) now say it in gradient_accumulation_steps, so their grads live
+    # through the next micro-batch's forward pass: Axolotl's OLMo-3 QLoRA row 0.78 -> 0.81, LLaMA-Factory's GLM-4
+    # LoRA row 0.797 -> 0.800, swift's Qwen-1.8B full fine-tune 0.86 -> 0.95; Axolotl's other QLoRA rows +0.03-0.06
+    assert within >= 0.89, table(comparisons)
     assert 0.9 <= median <= 1.1  # errors no longer cancel out around 1.00 by luck: most rows are near it
     by_family = {c.family for c in comparisons}
     assert {"lora", "qlora", "full", "zero3", "offload", "long-context"} <= by_family
@@ -127,7 +131,7 @@ def test_runs_that_ran_fit_and_runs_that_ran_out_do_not(offline_hub) -> None:
     assert sum(held) / len(held) >= 0.6, held
 
 
-@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 84 of 96 peaks are within 0.8-1.25x")
+@pytest.mark.xfail(strict=True, reason="the issue's bar is not met yet: 86 of 96 peaks are within 0.8-1.25x")
 def test_the_issue_target(comparisons) -> None:
     share = sum(c.within for c in comparisons) / len(comparisons)
     families: dict[str, list[bool]] = {}
