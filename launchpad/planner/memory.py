@@ -270,6 +270,11 @@ def _reuse_term(shape: ModelShape, s: TrainSetup, weight_bytes: float) -> list[T
                  f"distance {s.reuse_distance:.0e})", phase="forward")]
 
 
+def _frozen_weight_bytes(s: TrainSetup, c: float) -> float:
+    """Bytes per parameter of a linear weight as ZeRO-3 / FSDP gather it: NF4, int8 or 16-bit."""
+    return _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
+
+
 def _fsdp_working_set(shape: ModelShape, s: TrainSetup, c: float) -> Term:
     """What FSDP holds unsharded at the backward pass's peak, with its default backward prefetch (BACKWARD_PRE:
     "the current set of parameters, next set of parameters, and current set of gradients", torch's FSDP docs;
@@ -280,7 +285,7 @@ def _fsdp_working_set(shape: ModelShape, s: TrainSetup, c: float) -> Term:
     unit and the last layer's are the peak at the backward pass's start."""
     layer = shape.largest_layer_params
     train = 1.0 if s.adapter == "full" else 0.0
-    wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
+    wb = _frozen_weight_bytes(s, c)
     layers = layer * (2 * wb + train * c)
     how = f"2 layers x {layer / 1e6:.0f}M x {wb:.3g}" + (f" + 1 layer's grads x {c:g}" if train else "")
     if s.fsdp_embeddings_apart:
@@ -301,8 +306,8 @@ def _deepspeed_buckets(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]
     stage_1_and_2.py): with contiguous_gradients (its default) a gradient bucket of reduce_bucket_size elements
     in the 16-bit dtype, two under ZeRO-1/2 when overlap_comm double-buffers it, held through the backward pass
     while the activations are; ZeRO-3 also prefetches up to stage3_prefetch_bucket_size parameters ahead.
-    A JSON that leaves the sizes out gets DeepSpeed's 5e8 and 5e8 elements (~1 GB each in bf16); "auto" is the
-    model's hidden^2."""
+    A JSON that leaves the sizes out gets DeepSpeed's 5e8 and 5e7 elements (~0.93 and ~0.09 GB in bf16); "auto"
+    is the model's hidden^2 and 0.9 hidden^2."""
     h2 = shape.hidden ** 2
     reduce = s.reduce_bucket_size if s.reduce_bucket_size is not None else h2
     how_r = f"{reduce:.3g}" if s.reduce_bucket_size is not None else "auto h^2"
@@ -410,11 +415,9 @@ def estimate_memory(shape: ModelShape, setup: TrainSetup, settings: Mapping[str,
             largest = shape.largest_module_params
             terms.append(Term("ZeRO-3 gathered", largest * c * 2 / GIB,
                               f"largest module {largest / 1e6:.0f}M x {c:g} x 2 (gathered, and its grad)"))
+            terms.extend(_reuse_term(shape, s, weight_bytes=_frozen_weight_bytes(s, c)))
         else:
             terms.append(_fsdp_working_set(shape, s, c))
-        if s.deepspeed:
-            wb = _NF4_BYTES if s.adapter == "qlora" else 1.0 if (s.adapter == "lora" and s.load_in_8bit) else c
-            terms.extend(_reuse_term(shape, s, weight_bytes=wb))
     if s.deepspeed and s.zero_stage >= 1:
         terms.extend(_deepspeed_buckets(shape, s, c))
     terms.extend(Term(name, n / GIB, formula, phase="forward") for name, n, formula in activation_terms(shape, s, c))

@@ -153,10 +153,10 @@ def table(comparisons: list[Comparison]) -> str:
     for fam, rows in sorted(by_family.items()):
         ratios = sorted(r.ratio for r in rows)
         within = sum(r.within for r in rows)
-        lines.append(f"{fam:<14} {within:>3}/{len(rows):<3} {within / len(rows):>6.0%} {ratios[len(ratios) // 2]:>7.2f} "
+        lines.append(f"{fam:<14} {within:>3}/{len(rows):<3} {within / len(rows):>6.1%} {ratios[len(ratios) // 2]:>7.2f} "
                      f"{ratios[0]:>6.2f} {ratios[-1]:>6.2f}")
     within = sum(c.within for c in comparisons)
-    lines.append(f"{'all':<14} {within:>3}/{len(comparisons):<3} {within / max(1, len(comparisons)):>6.0%}")
+    lines.append(f"{'all':<14} {within:>3}/{len(comparisons):<3} {within / max(1, len(comparisons)):>6.1%}")
     return "\n".join(lines)
 
 
