@@ -314,7 +314,7 @@ def _deepspeed_buckets(shape: ModelShape, s: TrainSetup, c: float) -> list[Term]
     if s.zero_stage >= 3:
         prefetch = s.prefetch_bucket_size if s.prefetch_bucket_size is not None else int(0.9 * h2)
         how_p = f"{prefetch:.3g}" if s.prefetch_bucket_size is not None else "auto 0.9 h^2"
-        n = reduce * s.contiguous_gradients + prefetch
+        n = (reduce if s.contiguous_gradients else 0) + prefetch
         return [Term("ZeRO buckets", n * c / GIB, f"reduce bucket {how_r} + prefetch {how_p} elements x {c:g}")]
     if not s.contiguous_gradients:
         return []
@@ -440,7 +440,6 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
     src = getattr(recipe, "source_path", None)
     base_dir = Path(src).parent if src else None
     ds = read_deepspeed(recipe.deepspeed, base_dir)
-    stage, off_opt, off_par, reuse = ds.stage, ds.offload_optimizer, ds.offload_param, ds.reuse_distance
     targets = recipe.lora_target_modules
     if isinstance(targets, str):
         targets = targets_of_pattern(targets)
@@ -452,8 +451,8 @@ def setup_from_recipe(recipe: Any) -> TrainSetup:
         lora_target_modules=tuple(targets) if targets is not None else None,
         lora_modules_to_save=tuple(recipe.lora_modules_to_save or ()),
         lora_dropout=float(getattr(recipe, "lora_dropout", 0.05)),
-        optimizer=getattr(recipe, "optimizer", None), zero_stage=stage, deepspeed=bool(recipe.deepspeed),
-        offload_optimizer=off_opt, offload_param=off_par, reuse_distance=reuse,
+        optimizer=getattr(recipe, "optimizer", None), zero_stage=ds.stage, deepspeed=bool(recipe.deepspeed),
+        offload_optimizer=ds.offload_optimizer, offload_param=ds.offload_param, reuse_distance=ds.reuse_distance,
         reduce_bucket_size=ds.reduce_bucket_size, prefetch_bucket_size=ds.prefetch_bucket_size,
         overlap_comm=ds.overlap_comm, contiguous_gradients=ds.contiguous_gradients,
         load_in_8bit=bool(getattr(recipe, "load_in_8bit", False)),
